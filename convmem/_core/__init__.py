@@ -1,0 +1,24 @@
+"""The compiled core: record codec, tokenizer, postings index and scoring.
+
+The compiled extensions are always used unless CONVMEM_PURE=1 selects the readable pure-Python
+twins (pycodec, pytokenizer, pyindex), which exist as test oracles. `CORE_KIND` says which one
+is loaded; `convmem --version` prints it.
+"""
+from __future__ import annotations
+
+import os
+
+PURE = os.environ.get("CONVMEM_PURE", "") not in ("", "0")
+
+if PURE:
+    from . import pycodec as codec
+    from . import pyindex as index
+    from . import pytokenizer as tokenizer
+
+    CORE_KIND = "pure-python"
+else:
+    from . import codec, index, tokenizer  # type: ignore[no-redef]
+
+    CORE_KIND = "compiled"
+
+__all__ = ["codec", "tokenizer", "index", "CORE_KIND", "PURE"]

@@ -1,0 +1,62 @@
+"""Build the compiled core (convmem/_core/*.pyx).
+
+There is no pure-Python fallback at install time: without a C compiler the build fails.
+CONVMEM_DEBUG=1 builds with -O0 -g, Cython line tracing, annotation and bounds checks.
+"""
+import os
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+try:
+    import numpy
+    from Cython.Build import cythonize
+except ImportError as exc:  # pragma: no cover - build-time guard
+    sys.exit(f"convmem: building the compiled core needs Cython>=3 and numpy ({exc})")
+
+DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
+CORE = Path("convmem") / "_core"
+MODULES = ["codec", "tokenizer", "index"]
+
+directives = {
+    "language_level": 3,
+    "embedsignature": True,
+    "binding": False,
+    "initializedcheck": DEBUG,
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "cdivision": not DEBUG,
+}
+macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]
+if DEBUG:
+    directives["linetrace"] = True
+    macros += [("CYTHON_TRACE_NOGIL", "1"), ("CONVMEM_DEBUG", "1")]
+    cflags = ["-O0", "-g", "-Wall"]
+else:
+    cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+
+only = os.environ.get("CONVMEM_BUILD_ONLY")  # developer aid: build a subset, e.g. "tokenizer"
+selected = [m for m in MODULES if not only or m in only.split(",")]
+
+extensions = [
+    Extension(
+        f"convmem._core.{name}",
+        [str(CORE / f"{name}.pyx")],
+        include_dirs=[numpy.get_include(), str(CORE)],
+        define_macros=macros,
+        extra_compile_args=cflags,
+        libraries=["z"] if name == "codec" else [],
+    )
+    for name in selected
+    if (CORE / f"{name}.pyx").exists()
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives=directives,
+        annotate=DEBUG,
+        include_path=[str(CORE)],
+    ),
+)
