@@ -1,0 +1,327 @@
+"""Japanese-aware tokenizer: text -> uint64 term keys (docs/DESIGN.md section 1).
+
+The hot path, `token_keys`, creates no Python object per token: it reads the code points of the
+normalized str in place (1-, 2- or 4-byte kind), classifies them (ASCII table, CJK ranges, then
+the interpreter's Unicode tables), hashes word/number runs while scanning (the UTF-8 bytes are
+fed to FNV-1a as they are produced, so no buffer is needed) and packs CJK bigrams/unigrams into
+the key bits. The keys go straight into a numpy array sized by an upper bound (every token
+consumes at least one code point of its own), which is trimmed at the end.
+
+`convmem._core.pytokenizer` is the readable twin; the two give identical results.
+"""
+import unicodedata
+
+cimport cython
+cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+
+cnp.import_array()
+
+cdef extern from "Python.h":
+    # The interpreter's own Unicode tables (what str.isalpha / str.isdigit use); pure lookups,
+    # safe without the GIL.
+    bint Py_UNICODE_ISALPHA(uint32_t ch) nogil
+    bint Py_UNICODE_ISDIGIT(uint32_t ch) nogil
+    int PyUnicode_READY(object o) except -1
+    int PyUnicode_KIND(object o)
+    void* PyUnicode_DATA(object o)
+    bint PyUnicode_IS_ASCII(object o)
+    int PyUnicode_1BYTE_KIND
+    int PyUnicode_2BYTE_KIND
+
+TOKENIZER_VERSION = 1
+UNICODE_VERSION = unicodedata.unidata_version
+
+cdef object _unicodedata_normalize = unicodedata.normalize
+
+cdef uint64_t FNV_OFFSET = 0xcbf29ce484222325ULL
+cdef uint64_t FNV_PRIME = 0x100000001b3ULL
+cdef uint64_t MASK62 = (<uint64_t>1 << 62) - 1
+
+# Below this many code points the GIL is kept: releasing it costs more than the scan.
+cdef Py_ssize_t NOGIL_MIN = 4096
+
+# ASCII fast path: class and case fold of each byte (ASCII text skips normalize(), whose only
+# effect on it would be lower-casing).
+cdef uint8_t ASCII_CLASS[128]
+cdef uint8_t ASCII_FOLD[128]
+
+
+cdef void _init_ascii_tables() noexcept:
+    cdef int c
+    for c in range(128):
+        ASCII_FOLD[c] = c + 32 if 65 <= c <= 90 else c
+        if 48 <= c <= 57:
+            ASCII_CLASS[c] = CLS_DIGIT
+        elif 65 <= c <= 90 or 97 <= c <= 122:
+            ASCII_CLASS[c] = CLS_ALPHA
+        else:
+            ASCII_CLASS[c] = CLS_SEP
+
+
+_init_ascii_tables()
+
+ctypedef fused ucs_t:
+    uint8_t
+    uint16_t
+    uint32_t
+
+
+cdef inline uint64_t _mix_finish(uint64_t h) noexcept nogil:
+    # splitmix64 finaliser, then keep 62 bits so the top two bits say "word"; 0 is reserved.
+    h ^= h >> 30
+    h *= 0xbf58476d1ce4e5b9ULL
+    h ^= h >> 27
+    h *= 0x94d049bb133111ebULL
+    h ^= h >> 31
+    h &= MASK62
+    return h if h != 0 else 1
+
+
+cdef inline uint64_t _fnv_byte(uint64_t h, uint32_t b) noexcept nogil:
+    return (h ^ b) * FNV_PRIME
+
+
+cdef inline uint64_t _fnv_code_point(uint64_t h, uint32_t c) noexcept nogil:
+    # FNV-1a over the UTF-8 encoding of one code point (never a surrogate: those are separators).
+    if c < 0x80:
+        return _fnv_byte(h, c)
+    if c < 0x800:
+        h = _fnv_byte(h, 0xC0 | (c >> 6))
+        return _fnv_byte(h, 0x80 | (c & 0x3F))
+    if c < 0x10000:
+        h = _fnv_byte(h, 0xE0 | (c >> 12))
+        h = _fnv_byte(h, 0x80 | ((c >> 6) & 0x3F))
+        return _fnv_byte(h, 0x80 | (c & 0x3F))
+    h = _fnv_byte(h, 0xF0 | (c >> 18))
+    h = _fnv_byte(h, 0x80 | ((c >> 12) & 0x3F))
+    h = _fnv_byte(h, 0x80 | ((c >> 6) & 0x3F))
+    return _fnv_byte(h, 0x80 | (c & 0x3F))
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef uint64_t word_key(const unsigned char* utf8, Py_ssize_t n) noexcept nogil:
+    cdef uint64_t h = FNV_OFFSET
+    cdef Py_ssize_t i
+    for i in range(n):
+        h = _fnv_byte(h, utf8[i])
+    return _mix_finish(h)
+
+
+cdef inline bint _is_cjk(uint32_t c) noexcept nogil:
+    # Ordered so that the common Japanese ranges are decided in a few comparisons.
+    if c < 0x3005:
+        return 0x1100 <= c <= 0x11FF                # Hangul Jamo
+    if c <= 0x9FFF:
+        if c >= 0x4E00:                             # CJK Unified Ideographs
+            return True
+        if c <= 0x3007:                             # 々 〆 〇
+            return True
+        if c < 0x3041:
+            return False
+        if c <= 0x30FF:                             # Hiragana, Katakana except U+30FB (・)
+            return c != 0x30FB
+        if c < 0x3130:
+            return False
+        if c <= 0x318F:                             # Hangul Compatibility Jamo
+            return True
+        if c < 0x31F0:
+            return False
+        if c <= 0x31FF:                             # Katakana Phonetic Extensions
+            return True
+        return 0x3400 <= c <= 0x4DBF                # CJK Extension A
+    if c < 0xA960:
+        return False
+    if c <= 0xA97F:                                 # Hangul Jamo Extended-A
+        return True
+    if c < 0xAC00:
+        return False
+    if c <= 0xD7FF:                                 # Hangul Syllables, Jamo Extended-B
+        return True
+    if c < 0xF900:
+        return False
+    if c <= 0xFAFF:                                 # CJK Compatibility Ideographs
+        return True
+    return 0x20000 <= c <= 0x3FFFF                  # Ideographic planes 2 and 3
+
+
+cdef bint is_cjk(uint32_t c) noexcept nogil:
+    return _is_cjk(c)
+
+
+cdef inline CharClass _char_class(uint32_t c) noexcept nogil:
+    if c < 128:
+        return <CharClass>ASCII_CLASS[c]
+    if _is_cjk(c):                                  # first: most CJK characters are alphabetic
+        return CLS_CJK
+    if Py_UNICODE_ISALPHA(c):
+        return CLS_ALPHA
+    if Py_UNICODE_ISDIGIT(c):
+        return CLS_DIGIT
+    return CLS_SEP
+
+
+cdef CharClass char_class(uint32_t c) noexcept nogil:
+    return _char_class(c)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
+                      Py_ssize_t* spans) noexcept nogil:
+    """Write the key of every token of s[0:n] to keys (capacity >= n) and, unless spans is
+    NULL, its [start, stop) code point span to spans[2k], spans[2k+1]. Returns the count."""
+    cdef Py_ssize_t i = 0, k = 0, start, kept
+    cdef uint32_t c, prev
+    cdef CharClass cls
+    cdef uint64_t h
+    while i < n:
+        c = s[i]
+        cls = _char_class(c)
+        if cls == CLS_SEP:
+            i += 1
+            continue
+        start = i
+        i += 1
+        if cls == CLS_CJK:
+            prev = c
+            while i < n:
+                c = s[i]
+                if c < 0x1100 or not _is_cjk(c):
+                    break
+                keys[k] = bigram_key(prev, c)
+                if spans != NULL:
+                    spans[2 * k] = i - 1
+                    spans[2 * k + 1] = i + 1
+                k += 1
+                prev = c
+                i += 1
+            if i - start == 1:
+                keys[k] = unigram_key(prev)
+                if spans != NULL:
+                    spans[2 * k] = start
+                    spans[2 * k + 1] = i
+                k += 1
+            continue
+        # Word or number. ASCII is folded here because ASCII input skips normalize().
+        h = _fnv_byte(FNV_OFFSET, ASCII_FOLD[c]) if c < 128 else _fnv_code_point(FNV_OFFSET, c)
+        while i < n:
+            c = s[i]
+            if _char_class(c) != cls:
+                break
+            if i - start < MAX_WORD:
+                h = _fnv_byte(h, ASCII_FOLD[c]) if c < 128 else _fnv_code_point(h, c)
+            i += 1
+        keys[k] = _mix_finish(h)
+        if spans != NULL:
+            kept = i - start
+            spans[2 * k] = start
+            spans[2 * k + 1] = start + (kept if kept < MAX_WORD else MAX_WORD)
+        k += 1
+    return k
+
+
+cdef Py_ssize_t _scan_str(str norm, uint64_t* keys, Py_ssize_t* spans) except -1:
+    """Dispatch on the storage kind of an already-normalized (or pure ASCII) str."""
+    cdef Py_ssize_t n = len(norm), k
+    PyUnicode_READY(norm)
+    cdef int kind = PyUnicode_KIND(norm)
+    cdef void* data = PyUnicode_DATA(norm)
+    if n < NOGIL_MIN:
+        if kind == PyUnicode_1BYTE_KIND:
+            return _scan(<const uint8_t*>data, n, keys, spans)
+        if kind == PyUnicode_2BYTE_KIND:
+            return _scan(<const uint16_t*>data, n, keys, spans)
+        return _scan(<const uint32_t*>data, n, keys, spans)
+    # `norm` is immutable and referenced by the caller, so its buffer outlives the scan.
+    with nogil:
+        if kind == PyUnicode_1BYTE_KIND:
+            k = _scan(<const uint8_t*>data, n, keys, spans)
+        elif kind == PyUnicode_2BYTE_KIND:
+            k = _scan(<const uint16_t*>data, n, keys, spans)
+        else:
+            k = _scan(<const uint32_t*>data, n, keys, spans)
+    return k
+
+
+cdef inline str _normalized_for_keys(str text):
+    # ASCII: NFKC is the identity and casefold equals lower(), which the scanner's ASCII fold
+    # table applies on the fly, so the original string is scanned as is.
+    if PyUnicode_IS_ASCII(text):
+        return text
+    return _unicodedata_normalize("NFKC", text).casefold()
+
+
+cpdef str normalize(str text):
+    """NFKC, then casefold."""
+    if text is None:
+        raise TypeError("normalize() argument must be str, not None")
+    if PyUnicode_IS_ASCII(text):
+        return text.lower()
+    return _unicodedata_normalize("NFKC", text).casefold()
+
+
+cdef Py_ssize_t keys_into(str norm, uint64_t* out) except -1:
+    if norm is None:
+        raise TypeError("text must be str, not None")
+    return _scan_str(norm, out, NULL)
+
+
+def token_keys(str text not None):
+    """The uint64 keys of all tokens of `text`, in text order, duplicates kept."""
+    cdef str norm = _normalized_for_keys(text)
+    # Every token consumes at least one code point of its own, so len(norm) bounds the count.
+    cdef cnp.npy_intp cap = len(norm)
+    cdef cnp.ndarray arr = cnp.PyArray_EMPTY(1, &cap, cnp.NPY_UINT64, 0)
+    cdef Py_ssize_t k = _scan_str(norm, <uint64_t*>cnp.PyArray_DATA(arr), NULL)
+    if k < cap:
+        # In-place realloc: the array owns its data and nobody else holds it yet.
+        arr.resize(k, refcheck=False)
+    return arr
+
+
+def tokenize(str text not None):
+    """The tokens of `text` as readable strings, in the order of `token_keys(text)`."""
+    cdef str norm = normalize(text)
+    cdef Py_ssize_t n = len(norm), k, j
+    if n == 0:
+        return []
+    cdef uint64_t* keys = <uint64_t*>PyMem_Malloc(n * sizeof(uint64_t))
+    cdef Py_ssize_t* spans = <Py_ssize_t*>PyMem_Malloc(2 * n * sizeof(Py_ssize_t))
+    try:
+        if keys == NULL or spans == NULL:
+            raise MemoryError()
+        k = _scan_str(norm, keys, spans)
+        return [norm[spans[2 * j]:spans[2 * j + 1]] for j in range(k)]
+    finally:
+        PyMem_Free(keys)
+        PyMem_Free(spans)
+
+
+def key_of_token(str token not None):
+    """Key of one already-normalized token: a CJK pair or single CJK character gets its packed
+    bigram/unigram key, anything else the word hash of its UTF-8 bytes (lone surrogates are
+    encoded with `surrogatepass`, so every str has a key)."""
+    cdef Py_ssize_t n = len(token)
+    cdef uint32_t c1, c2
+    if n == 2:
+        c1 = ord(token[0])
+        c2 = ord(token[1])
+        if _is_cjk(c1) and _is_cjk(c2):
+            return bigram_key(c1, c2)
+    elif n == 1:
+        c1 = ord(token)
+        if _is_cjk(c1):
+            return unigram_key(c1)
+    cdef bytes utf8 = token.encode("utf-8", "surrogatepass")
+    return word_key(utf8, len(utf8))
+
+
+def hash_utf8(const unsigned char[::1] data):
+    """62-bit word key of UTF-8 bytes: splitmix64(fnv1a64(data)) with the top bits cleared,
+    0 -> 1. Accepts any contiguous bytes-like object."""
+    if data.shape[0] == 0:
+        return word_key(NULL, 0)
+    return word_key(&data[0], data.shape[0])
