@@ -1,0 +1,22 @@
+"""Transports (stdio, Streamable HTTP): the only place that speaks MCP."""
+from __future__ import annotations
+
+from .app import build_server
+from .http import InsecureBindError, build_http_app, check_bind, is_loopback, serve_http
+from .stdio import serve_stdio
+from .tokens import StaticTokenVerifier, Token, TokensFileError, load_tokens, parse_tokens
+
+__all__ = [
+    "InsecureBindError",
+    "StaticTokenVerifier",
+    "Token",
+    "TokensFileError",
+    "build_http_app",
+    "check_bind",
+    "build_server",
+    "is_loopback",
+    "load_tokens",
+    "parse_tokens",
+    "serve_http",
+    "serve_stdio",
+]

@@ -1,0 +1,80 @@
+"""Bearer tokens for the HTTP transport: the tokens file and the SDK token verifier.
+
+File format, one token per line: `read TOKEN` or `write TOKEN`; blank lines and lines starting
+with `#` are ignored. Anything else is an error at startup (a typo must not silently lock a client
+out or, worse, grant it the wrong scope).
+"""
+from __future__ import annotations
+
+import hmac
+import os
+from dataclasses import dataclass
+
+from mcp.server.auth.provider import AccessToken
+
+READ_SCOPE = "read"
+WRITE_SCOPE = "write"
+_SCOPES = {READ_SCOPE: [READ_SCOPE], WRITE_SCOPE: [READ_SCOPE, WRITE_SCOPE]}
+
+
+class TokensFileError(ValueError):
+    """The tokens file cannot be used; the message names the line, never the token."""
+
+
+@dataclass(frozen=True)
+class Token:
+    scope: str  # READ_SCOPE or WRITE_SCOPE
+    token: str
+    line: int
+
+
+def parse_tokens(text: str) -> list[Token]:
+    tokens: list[Token] = []
+    seen: set[str] = set()
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or parts[0] not in _SCOPES:
+            raise TokensFileError(f"line {number}: expected 'read TOKEN' or 'write TOKEN'")
+        scope, token = parts
+        # Header-safe: visible ASCII only, so the token survives an Authorization header intact.
+        if not all("\x21" <= ch <= "\x7e" for ch in token):
+            raise TokensFileError(f"line {number}: a token must be visible ASCII characters")
+        if token in seen:
+            raise TokensFileError(f"line {number}: token listed twice")
+        seen.add(token)
+        tokens.append(Token(scope, token, number))
+    if not tokens:
+        raise TokensFileError("no tokens in the file")
+    return tokens
+
+
+def load_tokens(path: str | os.PathLike[str]) -> list[Token]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokensFileError(f"cannot read tokens file: {exc}") from exc
+    return parse_tokens(text)
+
+
+class StaticTokenVerifier:
+    """`TokenVerifier` for the SDK's bearer middleware over a fixed list of tokens."""
+
+    def __init__(self, tokens: list[Token]) -> None:
+        self._tokens = [(t.token.encode(), t) for t in tokens]
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        presented = token.encode("utf-8", "surrogatepass")
+        found: Token | None = None
+        # Compare against every token with a constant-time comparison so timing says nothing.
+        for candidate, entry in self._tokens:
+            if hmac.compare_digest(candidate, presented):
+                found = entry
+        if found is None:
+            return None
+        # A distinct client_id per token: the SDK binds HTTP sessions to it, so one token cannot
+        # continue a session opened with another.
+        return AccessToken(token=token, client_id=f"{found.scope}-token-line-{found.line}", scopes=_SCOPES[found.scope])
