@@ -1,0 +1,1272 @@
+"""MemoryStore: the library face of convmem, one method per MCP tool.
+
+Each tool method takes the tool's arguments as keyword arguments, returns the dict that the tool's
+JSON text holds, and raises ConvMemError for application errors. All calls are serialised by one
+lock: a write is appended and fdatasync'ed before it is applied in memory and acknowledged.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import hmac
+import base64
+import logging
+import os
+import struct
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+import orjson
+
+from . import validation as v
+from ._core import codec, index as core_index, tokenizer as tok
+from .errors import CONFLICT, CORRUPT_STORE, IO_ERROR, NOT_FOUND, ConvMemError, INTERNAL_ERROR
+from .index.columns import Column
+from .index.relations import RelationIndex
+from .index.sessions import SessionIndex
+from .store.io import IoCounters, fsync_dir, write_all
+from .store.lock import DirLock
+from .store.logfile import LOG_NAME, LogFile
+from .store.snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, snapshot_size, write_snapshot
+
+log = logging.getLogger("convmem")
+
+RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB, keeping room for the envelope
+CONTEXT_MESSAGE_CAP = 50
+SNAPSHOT_EVERY_RECORDS = 50_000
+CURSOR_KEY_NAME = "cursor.key"
+COMPACT_NAME = "messages.log.compact"
+FLAG_HAS_SUMMARY = 1
+_EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
+
+Record = tuple  # decoded MESSAGE payload: see codec.decode_message
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class MemoryStore:
+    """A conversation-memory store in one data directory (see docs/DESIGN.md)."""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "MemoryStore":
+        return cls(Path(path))
+
+    def __init__(self, directory: Path) -> None:
+        self._mutex = threading.RLock()
+        self.directory = directory
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, f"cannot create the data directory: {exc.strerror}") from exc
+        self._dirlock = DirLock(directory)
+        try:
+            self._open()
+        except BaseException:
+            self._dirlock.release()
+            raise
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._log is None:
+                return
+            try:
+                if self._records_since_snapshot:
+                    self._write_snapshot()
+            except ConvMemError as exc:
+                log.warning("snapshot at close failed: %s", exc.message)
+            finally:
+                self._log.close()
+                self._log = None  # type: ignore[assignment]
+                self._dirlock.release()
+
+    # -- state ---------------------------------------------------------------------------
+    def _reset_state(self) -> None:
+        # Per message ("slot", in creation order).
+        self._slot_ulid = Column("u1", 16)
+        self._slot_doc = Column("i4")  # current version's doc, -1 when deleted
+        self._slot_session = Column("i4")
+        self._slot_ts = Column("i8")
+        self._ids: dict[bytes, int] = {}
+        # Per stored version ("doc", the search index's document number).
+        self._doc_offset = Column("i8")
+        self._doc_len = Column("u4")
+        self._doc_slot = Column("i4")
+        self._doc_kind = Column("u1")
+        self._doc_flags = Column("u1")
+        self._sessions = SessionIndex(self._ulid_of)
+        self._relations = RelationIndex()
+        self._index = core_index.SearchIndex()
+        self._last_seq = 0
+        self._last_record_offset = -1
+        self._update_records = 0
+        self._deleted_messages = 0
+        self._live_bytes = 0
+        self._records_since_snapshot = 0
+        self._ulid_last = (0, 0)  # (ms, 80-bit random) of the newest id made here
+
+    def _ulid_of(self, slot: int) -> bytes:
+        return self._slot_ulid.data[slot].tobytes()
+
+    def _open(self) -> None:
+        self._io = IoCounters()
+        self.recovered_tail = False
+        self.snapshot_valid = True
+        self.last_error = ""
+        for leftover in (COMPACT_NAME, SNAPSHOT_NAME + ".tmp", LOG_NAME + ".tmp"):
+            try:
+                (self.directory / leftover).unlink()
+            except FileNotFoundError:
+                pass
+        self._cursor_key = self._load_cursor_key()
+        self._log = LogFile.open(self.directory / LOG_NAME, self._io)
+        self._reset_state()
+        start = codec.LOG_HEADER_SIZE
+        self._last_seq = self._log.base_sequence
+        loaded = self._load_snapshot()
+        if loaded is not None:
+            start = loaded
+            self._verify_covered(loaded)
+        replayed = self._replay(start)
+        if replayed or loaded is None and self._log.size > codec.LOG_HEADER_SIZE:
+            self._records_since_snapshot = max(replayed, 1)
+        if self._records_since_snapshot >= 1 and (loaded is None or replayed >= 1000):
+            self._write_snapshot()
+
+    def _load_cursor_key(self) -> bytes:
+        path = self.directory / CURSOR_KEY_NAME
+        try:
+            key = path.read_bytes()
+            if len(key) == 32:
+                return key
+        except FileNotFoundError:
+            pass
+        key = os.urandom(32)
+        tmp = path.with_name(CURSOR_KEY_NAME + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, key)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        return key
+
+    # -- snapshot --------------------------------------------------------------------------
+    def _snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        self._index.merge_segments()
+        sessions = self._sessions.by_num
+        hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
+        for i, s in enumerate(sessions):
+            hist_off[i + 1] = hist_off[i] + s.n
+        hist_ts = np.concatenate([s.ts[: s.n] for s in sessions]) if sessions else np.zeros(0, "i8")
+        hist_slots = (np.concatenate([s.slots[: s.n] for s in sessions])
+                      if sessions else np.zeros(0, "i4"))
+        kinds = np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6)
+        rel_src, rel_type, rel_target = [], [], []
+        for slot, edges in self._relations.outgoing.items():
+            for rtype, target in edges:
+                rel_src.append(slot)
+                rel_type.append(rtype)
+                rel_target.append(target)
+        meta = {
+            "format_version": codec.FORMAT_VERSION,
+            "log_id": self._log.log_id.hex(),
+            "covered_end": self._log.size,
+            "last_seq": self._last_seq,
+            "last_record_offset": self._last_record_offset,
+            "tokenizer_version": tok.TOKENIZER_VERSION,
+            "unicode_version": tok.UNICODE_VERSION,
+            "update_records": self._update_records,
+            "deleted_messages": self._deleted_messages,
+            "live_bytes": self._live_bytes,
+            "sessions": [s.name for s in sessions],
+            "ulid_last": list(self._ulid_last),
+        }
+        arrays = {
+            "slot_ulid": self._slot_ulid.view(),
+            "slot_doc": self._slot_doc.view(),
+            "slot_session": self._slot_session.view(),
+            "slot_ts": self._slot_ts.view(),
+            "doc_offset": self._doc_offset.view(),
+            "doc_len": self._doc_len.view(),
+            "doc_slot": self._doc_slot.view(),
+            "doc_kind": self._doc_kind.view(),
+            "doc_flags": self._doc_flags.view(),
+            "hist_off": hist_off,
+            "hist_ts": hist_ts,
+            "hist_slots": hist_slots,
+            "kind_counts": kinds,
+            "rel_src": np.array(rel_src, dtype=np.int32),
+            "rel_type": np.array(rel_type, dtype=np.uint8),
+            "rel_target": np.frombuffer(b"".join(rel_target), dtype=np.uint8).reshape(-1, 16),
+        }
+        for name, arr in self._index.to_arrays().items():
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    def _write_snapshot(self) -> None:
+        meta, arrays = self._snapshot_state()
+        try:
+            write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
+        except OSError as exc:
+            self.last_error = f"IO_ERROR: snapshot write failed: {exc.strerror or exc}"
+            raise ConvMemError(IO_ERROR, "snapshot write failed") from exc
+        self._records_since_snapshot = 0
+
+    def _load_snapshot(self) -> int | None:
+        """Load the snapshot if it belongs to this log; returns the log offset it covers."""
+        path = self.directory / SNAPSHOT_NAME
+        try:
+            meta, arrays = read_snapshot(path)
+        except FileNotFoundError:
+            return None
+        except SnapshotError as exc:
+            self._snapshot_rejected(f"snapshot is damaged ({exc}); state rebuilt from the log")
+            return None
+        try:
+            if meta.get("log_id") != self._log.log_id.hex():
+                # A crash between the two renames of rebuild_index: the log is the truth.
+                self.snapshot_valid = False
+                return None
+            if (meta.get("tokenizer_version") != tok.TOKENIZER_VERSION
+                    or meta.get("unicode_version") != tok.UNICODE_VERSION):
+                log.info("tokenizer or Unicode version changed: re-indexing from the log")
+                return None
+            covered = int(meta["covered_end"])
+            last_off = int(meta["last_record_offset"])
+            if covered > self._log.size:
+                self._snapshot_rejected("snapshot covers more log than exists; state rebuilt from the log")
+                return None
+            if last_off >= 0:
+                head = self._log.read(last_off, covered - last_off)
+                _, seq, _, _, nxt = codec.read_record(head, 0)
+                if seq != int(meta["last_seq"]) or nxt != len(head):
+                    raise SnapshotError("snapshot does not match the log")
+            self._load_state(meta, arrays)
+        except (SnapshotError, codec.CorruptRecord, ConvMemError, KeyError, ValueError,
+                TypeError, IndexError) as exc:
+            self._reset_state()
+            self._last_seq = self._log.base_sequence
+            self._snapshot_rejected(f"snapshot is unusable ({exc}); state rebuilt from the log")
+            return None
+        return covered
+
+    def _snapshot_rejected(self, why: str) -> None:
+        self.snapshot_valid = False
+        self.last_error = why
+        log.warning("%s", why)
+
+    def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        self._reset_state()
+        self._slot_ulid = Column.from_array(arrays["slot_ulid"])
+        self._slot_doc = Column.from_array(arrays["slot_doc"])
+        self._slot_session = Column.from_array(arrays["slot_session"])
+        self._slot_ts = Column.from_array(arrays["slot_ts"])
+        self._doc_offset = Column.from_array(arrays["doc_offset"])
+        self._doc_len = Column.from_array(arrays["doc_len"])
+        self._doc_slot = Column.from_array(arrays["doc_slot"])
+        self._doc_kind = Column.from_array(arrays["doc_kind"])
+        self._doc_flags = Column.from_array(arrays["doc_flags"])
+        ulids = self._slot_ulid.view()
+        self._ids = {ulids[i].tobytes(): i for i in range(len(ulids))}
+        names = meta["sessions"]
+        hist_off, hist_ts, hist_slots = arrays["hist_off"], arrays["hist_ts"], arrays["hist_slots"]
+        kinds = arrays["kind_counts"]
+        for num, name in enumerate(names):
+            self._sessions.number(name)
+            s = self._sessions.by_num[num]
+            a, b = int(hist_off[num]), int(hist_off[num + 1])
+            n = b - a
+            cap = max(4, n + n // 4)
+            s.ts = np.zeros(cap, dtype=np.int64)
+            s.slots = np.zeros(cap, dtype=np.int32)
+            s.ts[:n] = hist_ts[a:b]
+            s.slots[:n] = hist_slots[a:b]
+            s.n = n
+            s.kind_counts = [int(x) for x in kinds[num]]
+            if n:
+                self._sessions.live_sessions += 1
+        self._sessions._bytes = sum(s.nbytes() for s in self._sessions.by_num)
+        edges: dict[int, list[tuple[int, bytes]]] = {}
+        for src, rtype, target in zip(arrays["rel_src"].tolist(), arrays["rel_type"].tolist(),
+                                      arrays["rel_target"]):
+            edges.setdefault(src, []).append((rtype, target.tobytes()))
+        for src, lst in edges.items():
+            self._relations.set(src, lst)
+        ix = {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")}
+        self._index = core_index.SearchIndex.from_arrays(ix)
+        self._last_seq = int(meta["last_seq"])
+        self._last_record_offset = int(meta["last_record_offset"])
+        self._update_records = int(meta["update_records"])
+        self._deleted_messages = int(meta["deleted_messages"])
+        self._live_bytes = int(meta["live_bytes"])
+        self._ulid_last = tuple(meta.get("ulid_last", (0, 0)))  # type: ignore[assignment]
+
+    # -- replay and verification -----------------------------------------------------------
+    def _replay(self, start: int) -> int:
+        """Apply the log from `start`; repair a torn tail; report damage in the middle."""
+        applied = 0
+        mm = self._log.map()
+        if mm is None:
+            return 0
+        try:
+            pos = start
+            while pos < self._log.size:
+                res = codec.scan_log(mm, pos, self._log.size)
+                for off, rtype, seq, plen in zip(res.offsets.tolist(), res.types.tolist(),
+                                                 res.seqs.tolist(), res.lengths.tolist()):
+                    if seq <= self._last_seq:
+                        self._damage(off, "sequence number does not increase", plen + codec.RECORD_HEADER_SIZE)
+                        continue
+                    flen = codec.RECORD_HEADER_SIZE + plen
+                    try:
+                        if rtype == codec.REC_MESSAGE:
+                            rec = codec.decode_message(mm, off + codec.RECORD_HEADER_SIZE, plen)
+                            self._apply_message(rec, off, flen)
+                        else:
+                            self._apply_delete(codec.decode_delete(mm, off + codec.RECORD_HEADER_SIZE, plen))
+                    except codec.CorruptRecord as exc:
+                        self._damage(off, exc.reason, flen)
+                        continue
+                    self._last_seq = seq
+                    self._last_record_offset = off
+                    applied += 1
+                if res.error is None:
+                    break
+                if res.resync < 0:
+                    # Nothing valid follows: a torn tail left by a crash. Cut it off durably.
+                    del mm
+                    mm = None
+                    self._log.truncate(res.stop)
+                    self.recovered_tail = True
+                    log.warning("log: torn tail at byte offset %d truncated (%s)", res.stop, res.error)
+                    break
+                self._damage(res.stop, res.error, res.resync - res.stop)
+                pos = res.resync
+        finally:
+            if mm is not None:
+                mm.close()
+        return applied
+
+    def _damage(self, offset: int, reason: str, nbytes: int) -> None:
+        msg = (f"CORRUPT_STORE: log record at byte offset {offset} is damaged ({reason}); "
+               f"{nbytes} bytes skipped")
+        log.error("%s", msg)
+        if not self.last_error:
+            self.last_error = msg
+
+    def _verify_covered(self, end: int) -> None:
+        """Check every checksum in the part of the log that the snapshot stood in for."""
+        mm = self._log.map()
+        if mm is None:
+            return
+        try:
+            pos = codec.LOG_HEADER_SIZE
+            while pos < end:
+                res = codec.scan_log(mm, pos, end)
+                if res.error is None:
+                    break
+                stop = res.stop
+                nxt = res.resync if res.resync >= 0 else end
+                self._damage(stop, res.error, nxt - stop)
+                self._drop_damaged_docs(stop, nxt)
+                pos = nxt
+        finally:
+            mm.close()
+
+    def _drop_damaged_docs(self, start: int, end: int) -> None:
+        """Messages whose current version lies in damaged bytes can no longer be served."""
+        offsets = self._doc_offset.view()
+        for doc in np.nonzero((offsets >= start) & (offsets < end))[0].tolist():
+            slot = int(self._doc_slot.data[doc])
+            if int(self._slot_doc.data[slot]) == doc:
+                self._retire(slot, doc)
+                self._slot_doc.data[slot] = -1
+
+    # -- applying records ------------------------------------------------------------------
+    def _apply_message(self, rec: Record, offset: int, frame_len: int) -> int:
+        ulid = rec[0]
+        ts, kind = rec[1], rec[5]
+        slot = self._ids.get(ulid)
+        if slot is None:
+            slot = self._slot_ulid.append(np.frombuffer(ulid, dtype=np.uint8))
+            self._slot_doc.append(-1)
+            self._slot_session.append(self._sessions.number(rec[8]))
+            self._slot_ts.append(ts)
+            self._ids[ulid] = slot
+            old_doc = -1
+        else:
+            old_doc = int(self._slot_doc.data[slot])
+        doc = self._add_doc(rec, offset, frame_len, slot)
+        num = int(self._slot_session.data[slot])
+        if old_doc >= 0:
+            old_kind = int(self._doc_kind.data[old_doc])
+            self._index.remove(old_doc)
+            self._live_bytes -= int(self._doc_len.data[old_doc])
+            if old_kind != kind:
+                self._sessions.change_kind(num, old_kind, kind)
+        else:
+            self._sessions.insert(num, int(self._slot_ts.data[slot]), slot, ulid, kind)
+        self._slot_doc.data[slot] = doc
+        self._relations.set(slot, rec[13])
+        self._live_bytes += frame_len
+        if rec[3] > 1:
+            self._update_records += 1
+        self._records_since_snapshot += 1
+        return slot
+
+    def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int) -> int:
+        content, summary, tags = rec[9], rec[11], rec[12]
+        if tags:
+            tag_keys = np.concatenate([tok.token_keys(t) for t in tags])
+            tag_hashes = np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
+        else:
+            tag_keys = tag_hashes = _EMPTY_KEYS
+        doc = self._index.n_docs
+        self._index.add(
+            doc,
+            tok.token_keys(content),
+            tok.token_keys(summary) if summary else _EMPTY_KEYS,
+            tag_keys,
+            tag_hashes,
+            int(self._slot_session.data[slot]),
+            rec[5],
+            rec[6],
+            rec[7],
+            rec[1],
+            rec[0],
+        )
+        self._doc_offset.append(offset)
+        self._doc_len.append(frame_len)
+        self._doc_slot.append(slot)
+        self._doc_kind.append(rec[5])
+        self._doc_flags.append(FLAG_HAS_SUMMARY if summary is not None else 0)
+        return doc
+
+    def _apply_delete(self, ulid: bytes) -> None:
+        slot = self._ids.get(ulid)
+        self._deleted_messages += 1
+        self._records_since_snapshot += 1
+        if slot is None:
+            return
+        doc = int(self._slot_doc.data[slot])
+        if doc >= 0:
+            self._retire(slot, doc)
+            self._slot_doc.data[slot] = -1
+
+    def _retire(self, slot: int, doc: int) -> None:
+        """Take a message's current version out of every index."""
+        self._index.remove(doc)
+        self._live_bytes -= int(self._doc_len.data[doc])
+        self._sessions.remove(int(self._slot_session.data[slot]), int(self._slot_ts.data[slot]),
+                              slot, self._ulid_of(slot), int(self._doc_kind.data[doc]))
+        self._relations.clear(slot)
+
+    # -- writing records -------------------------------------------------------------------
+    def _append(self, frames: list[bytes]) -> list[int]:
+        """Append frames with one write and one fdatasync; returns their offsets."""
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        try:
+            start = self._log.append(data)
+        except ConvMemError as exc:
+            self.last_error = f"{exc.code}: {exc.message}"
+            raise
+        offsets = []
+        pos = start
+        for f in frames:
+            offsets.append(pos)
+            pos += len(f)
+        return offsets
+
+    def _after_write(self) -> None:
+        if self._records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
+            try:
+                self._write_snapshot()
+            except ConvMemError as exc:
+                log.warning("periodic snapshot failed: %s", exc.message)
+
+    def _new_ulid(self) -> tuple[bytes, int]:
+        """A monotonic ULID and its millisecond timestamp (ties keep write order)."""
+        now = _now_ms()
+        last_ms, last_rand = self._ulid_last
+        if now > last_ms:
+            ms, rand = now, int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        else:
+            ms, rand = last_ms, last_rand + 1
+        self._ulid_last = (ms, rand)
+        return ((ms << 80) | rand).to_bytes(16, "big"), ms
+
+    def _encode(self, ulid: bytes, ts: int, updated_at: int, revision: int, role: int,
+                session: str, content: str, m: v.Metadata) -> bytes:
+        return codec.encode_message(ulid, ts, updated_at, revision, role, m.kind, m.tier,
+                                    m.importance, session, content, m.tool_call_id, m.summary,
+                                    m.tags, m.relations, m.sources)
+
+    # -- reading records -------------------------------------------------------------------
+    def _record(self, doc: int) -> Record:
+        off = int(self._doc_offset.data[doc])
+        data = self._log.read(off, int(self._doc_len.data[doc]))
+        try:
+            rtype, _, poff, plen, _ = codec.read_record(data, 0)
+            if rtype != codec.REC_MESSAGE:
+                raise codec.CorruptRecord(0, "record is not a message")
+            return codec.decode_message(data, poff, plen)
+        except codec.CorruptRecord as exc:
+            raise ConvMemError(
+                CORRUPT_STORE, f"log record at byte offset {off + exc.offset} is damaged: {exc.reason}"
+            ) from None
+
+    def _live_doc(self, ulid: bytes) -> tuple[int, int]:
+        slot = self._ids.get(ulid)
+        if slot is None or int(self._slot_doc.data[slot]) < 0:
+            raise ConvMemError(NOT_FOUND, "message not found")
+        return slot, int(self._slot_doc.data[slot])
+
+    @staticmethod
+    def _metadata_of(rec: Record) -> v.Metadata:
+        return v.Metadata(rec[10], list(rec[12]), rec[6], rec[5], rec[7], rec[11],
+                          list(rec[13]), list(rec[14]))
+
+    @staticmethod
+    def _message(rec: Record) -> dict[str, Any]:
+        meta: dict[str, Any] = {}
+        if rec[10] is not None:
+            meta["tool_call_id"] = rec[10]
+        meta["tags"] = list(rec[12])
+        meta["memory_tier"] = v.TIERS[rec[6]]
+        meta["memory_kind"] = v.KINDS[rec[5]]
+        meta["importance"] = rec[7]
+        if rec[11] is not None:
+            meta["summary"] = rec[11]
+        meta["relations"] = [{"type": v.RELATION_TYPES[t], "message_id": v.ulid_str(u)}
+                             for t, u in rec[13]]
+        meta["source_message_ids"] = [v.ulid_str(u) for u in rec[14]]
+        return {
+            "message_id": v.ulid_str(rec[0]),
+            "session_id": rec[8],
+            "timestamp": rec[1],
+            "role": v.ROLES[rec[4]],
+            "content": rec[9],
+            "revision": rec[3],
+            "updated_at": rec[2],
+            "metadata": meta,
+        }
+
+    def _message_of_slot(self, slot: int) -> dict[str, Any]:
+        return self._message(self._record(int(self._slot_doc.data[slot])))
+
+    # -- cursors ---------------------------------------------------------------------------
+    def _make_cursor(self, payload: bytes) -> str:
+        mac = hmac.new(self._cursor_key, payload, hashlib.sha256).digest()[:12]
+        return base64.urlsafe_b64encode(payload + mac).rstrip(b"=").decode("ascii")
+
+    def _open_cursor(self, cursor: Any, kind: bytes) -> bytes:
+        if not isinstance(cursor, str) or not cursor or len(cursor) > 2048:
+            raise v.fail("cursor must be a nextCursor value from an earlier response")
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        except (ValueError, TypeError):
+            raise v.fail("cursor is not valid") from None
+        payload, mac = raw[:-12], raw[-12:]
+        good = hmac.new(self._cursor_key, payload, hashlib.sha256).digest()[:12]
+        if len(raw) < 13 or not hmac.compare_digest(mac, good) or payload[:1] != kind:
+            raise v.fail("cursor is not valid for this request")
+        return payload[1:]
+
+    # =====================================================================================
+    # Tools
+    # =====================================================================================
+    def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
+                      metadata_json: Any = None) -> dict[str, Any]:
+        session, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        role_i = v.ROLES.index(v.choice("role", role, v.ROLES))
+        body, _ = v.text("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+        fields = {} if metadata_json is None else v.metadata_fields(
+            v.json_arg("metadata_json", metadata_json))
+        meta = v.apply_metadata(v.Metadata(), fields)
+        with self._mutex:
+            self._check_open()
+            ulid, ts = self._new_ulid()
+            payload = self._encode(ulid, ts, ts, 1, role_i, session, body, meta)
+            seq = self._last_seq + 1
+            frame = codec.encode_record(codec.REC_MESSAGE, seq, payload)
+            (offset,) = self._append([frame])
+            self._last_seq = seq
+            self._last_record_offset = offset
+            rec = (ulid, ts, ts, 1, role_i, meta.kind, meta.tier, meta.importance, session, body,
+                   meta.tool_call_id, meta.summary, meta.tags, meta.relations, meta.sources)
+            self._apply_message(rec, offset, len(frame))
+            self._after_write()
+            return {"status": "OK", "message": self._message(rec)}
+
+    def update_message(self, *, message_id: Any = None, content: Any = None,
+                       metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
+        ulid = v.ulid("message_id", message_id)
+        if content is not None:
+            content, _ = v.text("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+        fields = None if metadata_json is None else v.metadata_fields(
+            v.json_arg("metadata_json", metadata_json))
+        expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
+        if content is None and fields is None:
+            raise v.fail("update_message needs content or metadata_json")
+        with self._mutex:
+            self._check_open()
+            slot, doc = self._live_doc(ulid)
+            rec = self._record(doc)
+            if expected is not None and expected != rec[3]:
+                raise ConvMemError(CONFLICT, "expected_revision does not match the current revision")
+            old_meta = self._metadata_of(rec)
+            meta = v.apply_metadata(old_meta, fields or {})
+            body = rec[9] if content is None else content
+            if body == rec[9] and meta == old_meta:
+                return {"status": "OK", "changed": False, "message": self._message(rec)}
+            revision = rec[3] + 1
+            updated_at = max(_now_ms(), rec[2])
+            payload = self._encode(ulid, rec[1], updated_at, revision, rec[4], rec[8], body, meta)
+            seq = self._last_seq + 1
+            frame = codec.encode_record(codec.REC_MESSAGE, seq, payload)
+            (offset,) = self._append([frame])
+            self._last_seq = seq
+            self._last_record_offset = offset
+            new = (ulid, rec[1], updated_at, revision, rec[4], meta.kind, meta.tier,
+                   meta.importance, rec[8], body, meta.tool_call_id, meta.summary, meta.tags,
+                   meta.relations, meta.sources)
+            self._apply_message(new, offset, len(frame))
+            self._after_write()
+            return {"status": "OK", "changed": True, "message": self._message(new)}
+
+    def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
+        ulid = v.ulid("message_id", message_id)
+        guard = None
+        if session_id is not None:
+            guard, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        with self._mutex:
+            self._check_open()
+            slot = self._ids.get(ulid)
+            if slot is None or int(self._slot_doc.data[slot]) < 0:
+                return {"status": "NOT_FOUND"}
+            if guard is not None:
+                name = self._sessions.by_num[int(self._slot_session.data[slot])].name
+                if name != guard:
+                    return {"status": "NOT_FOUND"}
+            seq = self._last_seq + 1
+            frame = codec.encode_record(codec.REC_DELETE, seq, codec.encode_delete(ulid))
+            (offset,) = self._append([frame])
+            self._last_seq = seq
+            self._last_record_offset = offset
+            self._apply_delete(ulid)
+            self._after_write()
+            return {"status": "OK"}
+
+    # -- read_messages -------------------------------------------------------------------
+    def read_messages(self, *, view: Any = None, limit: Any = None, cursor: Any = None,
+                      session_id: Any = None, message_id: Any = None, content_offset: Any = None,
+                      content_limit: Any = None, expected_revision: Any = None, before: Any = None,
+                      after: Any = None, relation_depth: Any = None,
+                      relation_types_json: Any = None) -> dict[str, Any]:
+        view = v.choice("view", view, v.VIEWS, default="history")
+        lim = v.integer("limit", limit, lo=1, hi=1000, default=100)
+        if view == "history":
+            name, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+            with self._mutex:
+                self._check_open()
+                return self._history(name, lim, cursor)
+        if view == "sessions":
+            with self._mutex:
+                self._check_open()
+                return self._session_list(lim, cursor)
+        ulid = v.ulid("message_id", message_id)
+        if view == "content":
+            off = v.integer("content_offset", content_offset, lo=0, hi=None, default=0)
+            clim = v.integer("content_limit", content_limit, lo=1, hi=65536, default=4096)
+            expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
+            with self._mutex:
+                self._check_open()
+                return self._content_range(ulid, off, clim, expected)
+        nb = v.integer("before", before, lo=0, hi=10, default=1)
+        na = v.integer("after", after, lo=0, hi=10, default=1)
+        depth = v.integer("relation_depth", relation_depth, lo=0, hi=2, default=1)
+        types = v.relation_types(relation_types_json)
+        with self._mutex:
+            self._check_open()
+            return self._context(ulid, nb, na, depth, types)
+
+    def _history(self, name: str, limit: int, cursor: Any) -> dict[str, Any]:
+        scope = hashlib.sha256(name.encode("utf-8")).digest()[:8]
+        s = self._sessions.get(name)
+        start = 0
+        if cursor is not None:
+            raw = self._open_cursor(cursor, b"H")
+            if len(raw) != 32 or raw[:8] != scope:
+                raise v.fail("cursor does not belong to this session's history")
+            (ts,) = struct.unpack("<q", raw[8:16])
+            if s is not None:
+                start = self._sessions.after(s, ts, raw[16:32])
+        out: list[dict[str, Any]] = []
+        result: dict[str, Any] = {"history": out}
+        if s is None:
+            return result
+        used = 0
+        i = start
+        while i < s.n and len(out) < limit:
+            msg = self._message_of_slot(int(s.slots[i]))
+            size = len(orjson.dumps(msg)) + 1
+            if out and used + size > RESPONSE_BUDGET:
+                break
+            out.append(msg)
+            used += size
+            i += 1
+        if i < s.n and out:
+            last_slot = int(s.slots[i - 1])
+            payload = b"H" + scope + struct.pack("<q", int(s.ts[i - 1])) + self._ulid_of(last_slot)
+            result["nextCursor"] = self._make_cursor(payload)
+        return result
+
+    def _session_list(self, limit: int, cursor: Any) -> dict[str, Any]:
+        order = self._sessions.ordered()
+        start = 0
+        if cursor is not None:
+            raw = self._open_cursor(cursor, b"S")
+            if len(raw) < 8:
+                raise v.fail("cursor is not valid for this request")
+            (started,) = struct.unpack("<q", raw[:8])
+            start = bisect.bisect_right(order, (started, raw[8:], 1 << 62))
+        out: list[dict[str, Any]] = []
+        used = 0
+        i = start
+        while i < len(order) and len(out) < limit:
+            s = self._sessions.by_num[order[i][2]]
+            item = {
+                "session_id": s.name,
+                "message_count": s.n,
+                "kind_counts": dict(zip(v.KINDS, s.kind_counts)),
+                "representative_summary": self._representative(s),
+                "started_at": s.started_at,
+                "last_message_at": s.last_message_at,
+            }
+            size = len(orjson.dumps(item)) + 1
+            if out and used + size > RESPONSE_BUDGET:
+                break
+            out.append(item)
+            used += size
+            i += 1
+        result: dict[str, Any] = {"sessions": out}
+        if i < len(order) and out:
+            started, name_bytes, _ = order[i - 1]
+            result["nextCursor"] = self._make_cursor(b"S" + struct.pack("<q", started) + name_bytes)
+        return result
+
+    def _representative(self, s) -> str:
+        """The latest summary in the session, else the latest message's full content."""
+        flags = self._doc_flags.data
+        slot_doc = self._slot_doc.data
+        for i in range(s.n - 1, -1, -1):
+            doc = int(slot_doc[int(s.slots[i])])
+            if flags[doc] & FLAG_HAS_SUMMARY:
+                return self._record(doc)[11]
+        return self._record(int(slot_doc[int(s.slots[s.n - 1])]))[9]
+
+    def _content_range(self, ulid: bytes, off: int, limit: int, expected: int | None) -> dict[str, Any]:
+        _, doc = self._live_doc(ulid)
+        rec = self._record(doc)
+        if expected is not None and expected != rec[3]:
+            raise ConvMemError(CONFLICT, "expected_revision does not match the current revision")
+        data = rec[9].encode("utf-8")
+        total = len(data)
+        if off > total:
+            raise v.fail("content_offset is past the end of the content")
+        if off < total and (data[off] & 0xC0) == 0x80:
+            raise v.fail("content_offset is not on a UTF-8 code point boundary")
+        end = min(off + limit, total)
+        while end < total and end > off and (data[end] & 0xC0) == 0x80:
+            end -= 1
+        if end == off and off < total:
+            # The limit is smaller than one code point: return that code point whole.
+            lead = data[off]
+            end = off + (1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4)
+        return {
+            "content_range": {
+                "message_id": v.ulid_str(ulid),
+                "revision": rec[3],
+                "total_bytes": total,
+                "content_offset": off,
+                "next_content_offset": end,
+                "complete": end == total,
+                "content": data[off:end].decode("utf-8"),
+            }
+        }
+
+    def _neighbours(self, slot: int, nb: int, na: int) -> tuple[list[int], list[int], Any]:
+        num = int(self._slot_session.data[slot])
+        s = self._sessions.by_num[num]
+        i = self._sessions.index_of(s, int(self._slot_ts.data[slot]), slot, self._ulid_of(slot))
+        before = [int(x) for x in s.slots[max(0, i - nb):i]]
+        after = [int(x) for x in s.slots[i + 1:min(s.n, i + 1 + na)]]
+        return before, after, s
+
+    def _context(self, ulid: bytes, nb: int, na: int, depth: int, types: int) -> dict[str, Any]:
+        slot, doc = self._live_doc(ulid)
+        rec = self._record(doc)
+        before, after, s = self._neighbours(slot, nb, na)
+        count = 1
+        truncated = False
+        used = len(orjson.dumps(self._message(rec)))
+
+        def take(msg: dict[str, Any] | None) -> bool:
+            nonlocal count, used, truncated
+            size = len(orjson.dumps(msg)) + 1 if msg is not None else 80
+            if count >= CONTEXT_MESSAGE_CAP or used + size > RESPONSE_BUDGET:
+                truncated = True
+                return False
+            count += 1
+            used += size
+            return True
+
+        before_msgs: list[dict[str, Any]] = []
+        after_msgs: list[dict[str, Any]] = []
+        for sl in before:
+            m = self._message_of_slot(sl)
+            if take(m):
+                before_msgs.append(m)
+        for sl in after:
+            m = self._message_of_slot(sl)
+            if take(m):
+                after_msgs.append(m)
+        relations: list[dict[str, Any]] = []
+        if depth >= 1 and not truncated:
+            self._walk_relations(slot, rec, depth, types, relations, take)
+        return {
+            "message": self._message(rec),
+            "chronological_context": {"before": before_msgs, "after": after_msgs},
+            "relations": relations,
+            "session": {"session_id": s.name, "message_count": s.n},
+            "truncated": truncated,
+        }
+
+    def _walk_relations(self, slot: int, rec: Record, depth: int, types: int,
+                        out: list[dict[str, Any]], take) -> None:
+        """Breadth-first: depth 1 outgoing then incoming, then depth 2 in the same directions."""
+        me = rec[0]
+        seen: set[tuple[str, int, bytes]] = set()
+        # frontier entries: (direction, record of the message whose edges we follow)
+        frontier: list[tuple[str, Record]] = [("outgoing", rec), ("incoming", rec)]
+        for d in range(1, depth + 1):
+            next_frontier: list[tuple[str, Record]] = []
+            for direction, src in frontier:
+                if direction == "outgoing":
+                    edges = [(t, u) for t, u in src[13]]
+                else:
+                    edges = sorted(((t, self._ulid_of(s)) for t, s in
+                                    self._relations.incoming_of(src[0])),
+                                   key=lambda e: self._ids[e[1]])
+                for rtype, other in edges:
+                    if not (types >> rtype) & 1 or other == me:
+                        continue
+                    key = (direction, rtype, other)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    oslot = self._ids.get(other)
+                    odoc = int(self._slot_doc.data[oslot]) if oslot is not None else -1
+                    entry: dict[str, Any] = {"type": v.RELATION_TYPES[rtype],
+                                             "direction": direction, "depth": d}
+                    if odoc < 0:
+                        entry["message_id"] = v.ulid_str(other)
+                        entry["status"] = "deleted"
+                        if not take(None):
+                            return
+                        out.append(entry)
+                        continue
+                    orec = self._record(odoc)
+                    msg = self._message(orec)
+                    if not take(msg):
+                        return
+                    entry["message"] = msg
+                    out.append(entry)
+                    next_frontier.append((direction, orec))
+            frontier = next_frontier
+
+    # -- search ----------------------------------------------------------------------------
+    def search_messages(self, *, query: Any = None, session_id: Any = None,
+                        filters_json: Any = None, min_importance: Any = None,
+                        context_size: Any = None, limit: Any = None) -> dict[str, Any]:
+        q, _ = v.text("query", query, min_bytes=1, max_bytes=v.MAX_QUERY_BYTES)
+        name = None
+        if session_id is not None:
+            name, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        flt = v.filters(filters_json)
+        min_imp = v.integer("min_importance", min_importance, lo=0, hi=100, default=0)
+        ctx = v.integer("context_size", context_size, lo=0, hi=3, default=0)
+        lim = v.integer("limit", limit, lo=1, hi=100, default=20)
+        keys = tok.token_keys(q)
+        tag_hashes = np.array([tok.hash_utf8(t.encode("utf-8")) for t in flt.tags], dtype=np.uint64)
+        results: list[dict[str, Any]] = []
+        with self._mutex:
+            self._check_open()
+            session_num = -1
+            if name is not None:
+                s = self._sessions.get(name)
+                if s is None or s.n == 0:
+                    return {"results": results}
+                session_num = s.num
+            if len(keys) == 0:
+                return {"results": results}
+            docs, scores, parts = self._index.search(
+                keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
+                min_importance=min_imp, tag_hashes=tag_hashes)
+            used = 0
+            for doc, score, (c, sm, tg) in zip(docs.tolist(), scores.tolist(), parts.tolist()):
+                rec = self._record(doc)
+                item = self._message(rec)
+                item["score"] = score
+                item["score_breakdown"] = {"content": c, "summary": sm, "tags": tg}
+                item["matched_fields"] = [f for f, x in (("content", c), ("summary", sm),
+                                                         ("tags", tg)) if x > 0.0]
+                item["relation_count"] = len(rec[13])
+                if ctx > 0:
+                    slot = int(self._doc_slot.data[doc])
+                    before, after, _ = self._neighbours(slot, ctx, ctx)
+                    item["context_preview"] = {
+                        "before": [self._message_of_slot(sl) for sl in before],
+                        "after": [self._message_of_slot(sl) for sl in after],
+                    }
+                size = len(orjson.dumps(item)) + 1
+                if results and used + size > RESPONSE_BUDGET:
+                    break
+                results.append(item)
+                used += size
+        return {"results": results}
+
+    # -- rebuild ---------------------------------------------------------------------------
+    def rebuild_index(self) -> dict[str, Any]:
+        with self._mutex:
+            self._check_open()
+            return self._rebuild()
+
+    def _rebuild(self) -> dict[str, Any]:
+        bytes_before = self._log.size
+        records_before = self._count_records()
+        live_slots = np.nonzero(self._slot_doc.view() >= 0)[0]
+        n_live = len(live_slots)
+        base = self._last_seq - n_live
+        compact_path = self.directory / COMPACT_NAME
+        io = self._io
+        new_ix, old_to_new = self._index.compacted()
+        fd = -1
+        try:
+            log_id = os.urandom(16)
+            fd = os.open(compact_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            header = codec.encode_log_header(log_id, base)
+            write_all(fd, header, io)
+            pos = len(header)
+            doc_offset = np.zeros(n_live, dtype=np.int64)
+            doc_len = np.zeros(n_live, dtype=np.uint32)
+            pending: list[bytes] = []
+            pending_size = 0
+            last_off = -1
+            for i, slot in enumerate(live_slots.tolist()):
+                old_doc = int(self._slot_doc.data[slot])
+                data = self._log.read(int(self._doc_offset.data[old_doc]), int(self._doc_len.data[old_doc]))
+                try:
+                    _, _, poff, plen, _ = codec.read_record(data, 0)
+                except codec.CorruptRecord as exc:
+                    raise ConvMemError(CORRUPT_STORE, "log record at byte offset "
+                                       f"{int(self._doc_offset.data[old_doc]) + exc.offset} is damaged: {exc.reason}") from None
+                frame = codec.encode_record(codec.REC_MESSAGE, base + i + 1, data[poff:poff + plen])
+                new_doc = int(old_to_new[old_doc])
+                doc_offset[new_doc] = pos
+                doc_len[new_doc] = len(frame)
+                last_off = pos
+                pos += len(frame)
+                pending.append(frame)
+                pending_size += len(frame)
+                if pending_size >= 1 << 20:
+                    write_all(fd, b"".join(pending), io)
+                    pending, pending_size = [], 0
+            if pending:
+                write_all(fd, b"".join(pending), io)
+            os.fsync(fd)
+            io.flush_calls += 1
+            meta, arrays = self._compacted_state(live_slots, old_to_new, new_ix, doc_offset, doc_len)
+            meta.update(log_id=log_id.hex(), covered_end=pos, last_seq=self._last_seq,
+                        last_record_offset=last_off, update_records=0, deleted_messages=0,
+                        live_bytes=int(doc_len.sum()))
+            # The snapshot is written to its .tmp name first; the two renames come after.
+            snap_tmp = self.directory / (SNAPSHOT_NAME + ".next")
+            write_snapshot(snap_tmp, meta, arrays, io)
+        except OSError as exc:
+            if fd >= 0:
+                os.close(fd)
+            for p in (compact_path, self.directory / (SNAPSHOT_NAME + ".next")):
+                try:
+                    p.unlink()
+                except FileNotFoundError:
+                    pass
+            self.last_error = f"IO_ERROR: rebuild failed: {exc.strerror or exc}"
+            raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
+        except BaseException:
+            if fd >= 0:
+                os.close(fd)
+            try:
+                compact_path.unlink()
+            except FileNotFoundError:
+                pass
+            raise
+        # Switch: the log first (a crash now leaves the new log and a stale snapshot, which is
+        # detected by log_id and rebuilt from the new log), then the snapshot.
+        os.replace(compact_path, self.directory / LOG_NAME)
+        io.replace_calls += 1
+        fsync_dir(self.directory, io)
+        os.replace(snap_tmp, self.directory / SNAPSHOT_NAME)
+        io.replace_calls += 1
+        fsync_dir(self.directory, io)
+        self._log.close()
+        self._log = LogFile(self.directory / LOG_NAME, fd, log_id, base, pos, io)
+        self._load_state(meta, arrays)
+        self._index = new_ix
+        self._records_since_snapshot = 0
+        self.last_error = ""
+        records_after = n_live
+        return {
+            "status": "OK",
+            "messages_indexed": n_live,
+            "records_removed": records_before - records_after,
+            "bytes_before": bytes_before,
+            "bytes_after": pos,
+        }
+
+    def _count_records(self) -> int:
+        return self._index.n_docs + self._deleted_messages
+
+    def _compacted_state(self, live_slots: np.ndarray, old_to_new: np.ndarray, new_ix,
+                         doc_offset: np.ndarray, doc_len: np.ndarray):
+        """The snapshot state of the store after compaction (live messages only)."""
+        n = len(live_slots)
+        slot_map = np.full(self._slot_doc.n, -1, dtype=np.int64)
+        slot_map[live_slots] = np.arange(n)
+        old_docs = self._slot_doc.data[live_slots].astype(np.int64)
+        new_docs = old_to_new[old_docs]
+        doc_slot = np.zeros(n, dtype=np.int32)
+        doc_slot[new_docs] = np.arange(n, dtype=np.int32)
+        doc_kind = np.zeros(n, dtype=np.uint8)
+        doc_kind[new_docs] = self._doc_kind.data[old_docs]
+        doc_flags = np.zeros(n, dtype=np.uint8)
+        doc_flags[new_docs] = self._doc_flags.data[old_docs]
+        sessions = self._sessions.by_num
+        hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
+        ts_parts, slot_parts = [], []
+        for i, s in enumerate(sessions):
+            hist_off[i + 1] = hist_off[i] + s.n
+            ts_parts.append(s.ts[: s.n])
+            slot_parts.append(slot_map[s.slots[: s.n]].astype(np.int32))
+        rel_src, rel_type, rel_target = [], [], []
+        for slot, edges in self._relations.outgoing.items():
+            if slot_map[slot] < 0:
+                continue
+            for rtype, target in edges:
+                rel_src.append(int(slot_map[slot]))
+                rel_type.append(rtype)
+                rel_target.append(target)
+        meta = {
+            "format_version": codec.FORMAT_VERSION,
+            "tokenizer_version": tok.TOKENIZER_VERSION,
+            "unicode_version": tok.UNICODE_VERSION,
+            "sessions": [s.name for s in sessions],
+            "ulid_last": list(self._ulid_last),
+        }
+        arrays = {
+            "slot_ulid": self._slot_ulid.data[live_slots],
+            "slot_doc": new_docs.astype(np.int32),
+            "slot_session": self._slot_session.data[live_slots],
+            "slot_ts": self._slot_ts.data[live_slots],
+            "doc_offset": doc_offset,
+            "doc_len": doc_len,
+            "doc_slot": doc_slot,
+            "doc_kind": doc_kind,
+            "doc_flags": doc_flags,
+            "hist_off": hist_off,
+            "hist_ts": np.concatenate(ts_parts) if ts_parts else np.zeros(0, "i8"),
+            "hist_slots": np.concatenate(slot_parts) if slot_parts else np.zeros(0, "i4"),
+            "kind_counts": np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6),
+            "rel_src": np.array(rel_src, dtype=np.int32),
+            "rel_type": np.array(rel_type, dtype=np.uint8),
+            "rel_target": np.frombuffer(b"".join(rel_target), dtype=np.uint8).reshape(-1, 16),
+        }
+        new_ix.merge_segments()
+        for name, arr in new_ix.to_arrays().items():
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    # -- health ----------------------------------------------------------------------------
+    def get_system_health(self) -> dict[str, Any]:
+        with self._mutex:
+            self._check_open()
+            ix = self._index.nbytes()
+            entries = (self._slot_ulid.nbytes + self._slot_doc.nbytes + self._slot_session.nbytes
+                       + self._slot_ts.nbytes + self._doc_offset.nbytes + self._doc_len.nbytes
+                       + self._doc_slot.nbytes + self._doc_kind.nbytes + self._doc_flags.nbytes
+                       + _dict_bytes(len(self._ids)))
+            mem = {
+                "store_entries_bytes": entries,
+                "body_bytes": 0,
+                "metadata_bytes": ix.get("doc_columns", 0),
+                "search_index_bytes": ix.get("postings", 0) + ix.get("terms", 0) + ix.get("scratch", 0),
+                "history_index_bytes": self._sessions.nbytes(),
+                "relation_index_bytes": self._relations.nbytes(),
+            }
+            return {
+                "status": "DEGRADED" if self.last_error else "OK",
+                "format_version": codec.FORMAT_VERSION,
+                "log_size": self._log.size,
+                "snapshot_size": snapshot_size(self.directory / SNAPSHOT_NAME),
+                "active_messages": self._index.n_live,
+                "session_count": self._sessions.live_sessions,
+                "deleted_messages": self._deleted_messages,
+                "last_sequence": self._last_seq,
+                "update_records": self._update_records,
+                "dead_bytes": self._log.size - codec.LOG_HEADER_SIZE - self._live_bytes,
+                "memory_estimate": {"total_bytes": sum(mem.values()), **mem},
+                "io": self._io.as_dict(),
+                "recovered_tail": self.recovered_tail,
+                "snapshot_valid": self.snapshot_valid,
+                "last_error": self.last_error,
+            }
+
+    def _check_open(self) -> None:
+        if self._log is None:
+            raise ConvMemError(INTERNAL_ERROR, "the store is closed")
+
+    # -- bulk import / export ----------------------------------------------------------------
+    def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
+        """Import dicts in groups of `batch_size`, one fdatasync per group; returns the count.
+
+        The first invalid item raises its ConvMemError (items of earlier groups stay imported).
+        """
+        total = 0
+        batch: list[dict[str, Any]] = []
+        for item in items:
+            batch.append(item)
+            if len(batch) >= batch_size:
+                total += self._import_strict(batch)
+                batch = []
+        if batch:
+            total += self._import_strict(batch)
+        return total
+
+    def _import_strict(self, batch: list[dict[str, Any]]) -> int:
+        errors = self.import_message_batch(batch, all_or_nothing=True)
+        for err in errors:
+            if err is not None:
+                raise err
+        return len(batch)
+
+    def import_message_batch(self, items: list[dict[str, Any]], *,
+                             all_or_nothing: bool = False) -> list[ConvMemError | None]:
+        """Validate and append a group with one write and one fdatasync.
+
+        Returns one entry per item: None when imported, else its error. Invalid items are
+        skipped (or, with all_or_nothing, nothing is written when any item is invalid).
+        """
+        results: list[ConvMemError | None] = []
+        with self._mutex:
+            self._check_open()
+            prepared = []
+            seen: set[bytes] = set()
+            for item in items:
+                try:
+                    rec = self._prepare_import(item)
+                    if rec[0] in self._ids or rec[0] in seen:
+                        raise ConvMemError(CONFLICT, "message_id already exists")
+                    seen.add(rec[0])
+                    prepared.append(rec)
+                    results.append(None)
+                except ConvMemError as exc:
+                    results.append(exc)
+            if not prepared or (all_or_nothing and len(prepared) != len(items)):
+                return results
+            frames = []
+            seq = self._last_seq
+            for rec in prepared:
+                seq += 1
+                payload = codec.encode_message(*rec[:8], *rec[8:])
+                frames.append(codec.encode_record(codec.REC_MESSAGE, seq, payload))
+            offsets = self._append(frames)
+            self._last_seq = seq
+            self._last_record_offset = offsets[-1]
+            for rec, off, frame in zip(prepared, offsets, frames):
+                self._apply_message(rec, off, len(frame))
+            self._after_write()
+        return results
+
+    def _prepare_import(self, item: Any) -> Record:
+        if not isinstance(item, dict):
+            raise v.fail("each imported item must be a JSON object")
+        allowed = {"session_id", "role", "content", "metadata", "timestamp", "message_id",
+                   "revision", "updated_at"}
+        for key in item:
+            if key not in allowed:
+                raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(allowed))}")
+        session, _ = v.text("session_id", item.get("session_id"), min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        role_i = v.ROLES.index(v.choice("role", item.get("role"), v.ROLES))
+        body, _ = v.text("content", item.get("content"), min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+        raw_meta = item.get("metadata")
+        fields = {} if raw_meta is None else v.metadata_fields(raw_meta, "metadata")
+        meta = v.apply_metadata(v.Metadata(), fields)
+        ts = v.integer("timestamp", item.get("timestamp"), lo=0, hi=(1 << 48) - 1, default=None)
+        if item.get("message_id") is not None:
+            ulid = v.ulid("message_id", item["message_id"])
+            if ts is None:
+                ts = int.from_bytes(ulid[:6], "big")
+        else:
+            ulid, now = self._new_ulid()
+            ts = now if ts is None else ts
+        revision = v.integer("revision", item.get("revision"), lo=1, hi=(1 << 32) - 1, default=1)
+        updated = v.integer("updated_at", item.get("updated_at"), lo=0, hi=(1 << 48) - 1, default=ts)
+        return (ulid, ts, updated, revision, role_i, meta.kind, meta.tier, meta.importance,
+                session, body, meta.tool_call_id, meta.summary, meta.tags, meta.relations,
+                meta.sources)
+
+    def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Live messages as import dicts, session by session (by start time), in history order."""
+        with self._mutex:
+            self._check_open()
+            if session_id is not None:
+                s = self._sessions.get(session_id)
+                nums = [s.num] if s is not None and s.n else []
+            else:
+                nums = [num for _, _, num in self._sessions.ordered()]
+            slots = [int(x) for num in nums for x in
+                     self._sessions.by_num[num].slots[: self._sessions.by_num[num].n]]
+        for slot in slots:
+            with self._mutex:
+                doc = int(self._slot_doc.data[slot])
+                if doc < 0:
+                    continue
+                m = self._message(self._record(doc))
+            yield {
+                "message_id": m["message_id"],
+                "session_id": m["session_id"],
+                "timestamp": m["timestamp"],
+                "role": m["role"],
+                "content": m["content"],
+                "metadata": m["metadata"],
+                "revision": m["revision"],
+                "updated_at": m["updated_at"],
+            }
+
+
+def _dict_bytes(n: int) -> int:
+    """A dict of n 16-byte keys to small ints: table slots, key objects and int objects."""
+    return n * (49 + 28 + 24) + (n * 3 // 2) * 8

@@ -1,0 +1,1 @@
+"""In-memory state beside the compiled search index: message catalog, sessions, relations."""

@@ -1,0 +1,40 @@
+"""A growable numpy column: amortised O(1) append, capacity-based byte accounting."""
+from __future__ import annotations
+
+import numpy as np
+
+
+class Column:
+    __slots__ = ("data", "n")
+
+    def __init__(self, dtype: str, width: int = 0, capacity: int = 256) -> None:
+        shape = (capacity, width) if width else (capacity,)
+        self.data = np.zeros(shape, dtype=dtype)
+        self.n = 0
+
+    @classmethod
+    def from_array(cls, array: np.ndarray) -> "Column":
+        """Adopt loaded values (copied: snapshot views are read-only and must grow)."""
+        col = cls.__new__(cls)
+        capacity = max(256, len(array) + len(array) // 8)
+        col.data = np.zeros((capacity,) + array.shape[1:], dtype=array.dtype)
+        col.data[: len(array)] = array
+        col.n = len(array)
+        return col
+
+    def append(self, value) -> int:
+        i = self.n
+        if i == len(self.data):
+            grown = np.zeros((max(256, 2 * i),) + self.data.shape[1:], dtype=self.data.dtype)
+            grown[:i] = self.data
+            self.data = grown
+        self.data[i] = value
+        self.n = i + 1
+        return i
+
+    def view(self) -> np.ndarray:
+        return self.data[: self.n]
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes

@@ -1,0 +1,137 @@
+"""Sessions: each one's live messages in history order, counts per kind, and the session list.
+
+History order is (timestamp, message id). Server-made ids are monotonic, so ties between
+messages written in the same millisecond follow write order.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+N_KINDS = 6
+_ARRAY_OVERHEAD = 112  # bytes of a numpy array object beside its data
+
+
+class Session:
+    __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts")
+
+    def __init__(self, name: str, num: int) -> None:
+        self.name = name
+        self.num = num
+        self.ts = np.zeros(4, dtype=np.int64)
+        self.slots = np.zeros(4, dtype=np.int32)
+        self.n = 0
+        self.kind_counts = [0] * N_KINDS
+
+    @property
+    def started_at(self) -> int:
+        return int(self.ts[0])
+
+    @property
+    def last_message_at(self) -> int:
+        return int(self.ts[self.n - 1])
+
+    def nbytes(self) -> int:
+        return self.ts.nbytes + self.slots.nbytes + 2 * _ARRAY_OVERHEAD + 200
+
+
+class SessionIndex:
+    def __init__(self, ulid_of: Callable[[int], bytes]) -> None:
+        self._ulid_of = ulid_of  # slot -> 16-byte id, for ordering ties
+        self.by_name: dict[str, Session] = {}
+        self.by_num: list[Session] = []
+        self.live_sessions = 0
+        self._order: list[tuple[int, bytes, int]] | None = None  # (started_at, name utf-8, num)
+        self._bytes = 0
+
+    # -- membership ------------------------------------------------------------------------
+    def number(self, name: str) -> int:
+        """The session's number, creating the session when new."""
+        s = self.by_name.get(name)
+        if s is None:
+            s = Session(name, len(self.by_num))
+            self.by_name[name] = s
+            self.by_num.append(s)
+            self._bytes += s.nbytes() + 100 + len(name) * 2
+        return s.num
+
+    def _position(self, s: Session, ts: int, ulid: bytes) -> int:
+        """Index of the first entry ordered after (ts, ulid) or equal to it."""
+        view = s.ts[: s.n]
+        lo = int(np.searchsorted(view, ts, side="left"))
+        hi = int(np.searchsorted(view, ts, side="right"))
+        while lo < hi and self._ulid_of(int(s.slots[lo])) < ulid:
+            lo += 1
+        return lo
+
+    def insert(self, num: int, ts: int, slot: int, ulid: bytes, kind: int) -> None:
+        s = self.by_num[num]
+        i = self._position(s, ts, ulid)
+        if s.n == len(s.ts):
+            self._bytes -= s.nbytes()
+            s.ts = np.concatenate([s.ts, np.zeros(len(s.ts), dtype=np.int64)])
+            s.slots = np.concatenate([s.slots, np.zeros(len(s.slots), dtype=np.int32)])
+            self._bytes += s.nbytes()
+        if i < s.n:
+            s.ts[i + 1 : s.n + 1] = s.ts[i : s.n].copy()
+            s.slots[i + 1 : s.n + 1] = s.slots[i : s.n].copy()
+        s.ts[i] = ts
+        s.slots[i] = slot
+        s.n += 1
+        s.kind_counts[kind] += 1
+        if s.n == 1:
+            self.live_sessions += 1
+            self._order = None
+        elif i == 0:
+            self._order = None
+
+    def remove(self, num: int, ts: int, slot: int, ulid: bytes, kind: int) -> None:
+        s = self.by_num[num]
+        i = self._position(s, ts, ulid)
+        if i >= s.n or int(s.slots[i]) != slot:
+            raise RuntimeError("history index lost track of a message")
+        s.ts[i : s.n - 1] = s.ts[i + 1 : s.n].copy()
+        s.slots[i : s.n - 1] = s.slots[i + 1 : s.n].copy()
+        s.n -= 1
+        s.kind_counts[kind] -= 1
+        if s.n == 0:
+            self.live_sessions -= 1
+            self._order = None
+        elif i == 0:
+            self._order = None
+
+    def change_kind(self, num: int, old: int, new: int) -> None:
+        counts = self.by_num[num].kind_counts
+        counts[old] -= 1
+        counts[new] += 1
+
+    # -- queries ---------------------------------------------------------------------------
+    def get(self, name: str) -> Session | None:
+        return self.by_name.get(name)
+
+    def after(self, s: Session, ts: int, ulid: bytes) -> int:
+        """Index of the first entry strictly after (ts, ulid)."""
+        i = self._position(s, ts, ulid)
+        if i < s.n and int(s.ts[i]) == ts and self._ulid_of(int(s.slots[i])) == ulid:
+            i += 1
+        return i
+
+    def index_of(self, s: Session, ts: int, slot: int, ulid: bytes) -> int:
+        i = self._position(s, ts, ulid)
+        if i >= s.n or int(s.slots[i]) != slot:
+            raise RuntimeError("history index lost track of a message")
+        return i
+
+    def ordered(self) -> list[tuple[int, bytes, int]]:
+        """Sessions with live messages by (started_at, session id bytes)."""
+        if self._order is None:
+            self._order = sorted(
+                (s.started_at, s.name.encode("utf-8", "surrogatepass"), s.num)
+                for s in self.by_num
+                if s.n
+            )
+        return self._order
+
+    def nbytes(self) -> int:
+        return self._bytes + 8 * len(self.by_num) * 2

@@ -1,0 +1,138 @@
+"""The snapshot file: the in-memory state as named numpy sections, loaded without re-parsing.
+
+Layout (docs/FORMAT.md, "Snapshot file"):
+    0  magic           8 bytes b"CVMEMSNP"
+    8  format_version  u32     2
+   12  meta_len        u32     length of the meta JSON
+   16  meta_crc        u32     crc32 of the meta JSON
+   20  header_crc      u32     crc32 of bytes 0..20
+   24  meta JSON (UTF-8): scalar state and the section table
+       [{"name", "dtype", "shape", "offset", "nbytes", "crc"}, ...]
+   ... sections, each starting on a 64-byte boundary
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+
+from .io import IoCounters, write_file_atomically
+
+SNAPSHOT_NAME = "snapshot.bin"
+MAGIC = b"CVMEMSNP"
+VERSION = 2
+_HEAD = struct.Struct("<8sIIII")
+_ALIGN = 64
+
+
+class SnapshotError(Exception):
+    """The snapshot cannot be used; `reason` says why (the store then rebuilds from the log)."""
+
+
+def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
+                   io: IoCounters) -> int:
+    """Write atomically (tmp, fsync, rename, fsync dir); returns the file size."""
+    table = []
+    blobs: list[memoryview] = []
+    for name, arr in arrays.items():
+        arr = np.ascontiguousarray(arr)
+        view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
+        table.append({"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape),
+                      "nbytes": arr.nbytes, "crc": zlib.crc32(view)})
+        blobs.append(view)
+    # Offsets depend on the meta length, which depends on the offsets: grow to a fixed point.
+    data_start = _align(_HEAD.size + 1024)
+    while True:
+        pos = data_start
+        for entry in table:
+            pos = _align(pos)
+            entry["offset"] = pos
+            pos += entry["nbytes"]
+        meta_bytes = orjson.dumps({**meta, "sections": table})
+        needed = _align(_HEAD.size + len(meta_bytes))
+        if needed <= data_start:
+            break
+        data_start = needed
+    head = MAGIC + struct.pack("<III", VERSION, len(meta_bytes), zlib.crc32(meta_bytes))
+    head += struct.pack("<I", zlib.crc32(head))
+
+    def chunks():
+        pos = _HEAD.size + len(meta_bytes)
+        yield head + meta_bytes
+        for entry, blob in zip(table, blobs):
+            pad = entry["offset"] - pos
+            if pad:
+                yield b"\0" * pad
+            if entry["nbytes"]:
+                yield blob
+            pos = entry["offset"] + entry["nbytes"]
+
+    return write_file_atomically(path, chunks(), io)
+
+
+def read_snapshot(path: Path, verify: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Map the snapshot and return (meta, arrays); arrays are read-only views of the map."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise
+    try:
+        size = os.fstat(fd).st_size
+        if size < _HEAD.size:
+            raise SnapshotError("snapshot is shorter than its header")
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    magic, version, meta_len, meta_crc, head_crc = _HEAD.unpack_from(mm, 0)
+    if magic != MAGIC:
+        raise SnapshotError("bad snapshot magic")
+    if zlib.crc32(mm[:20]) != head_crc:
+        raise SnapshotError("snapshot header checksum mismatch")
+    if version != VERSION:
+        raise SnapshotError(f"snapshot format_version {version} is not {VERSION}")
+    if _HEAD.size + meta_len > size:
+        raise SnapshotError("snapshot meta runs past the end of the file")
+    meta_bytes = mm[_HEAD.size:_HEAD.size + meta_len]
+    if zlib.crc32(meta_bytes) != meta_crc:
+        raise SnapshotError("snapshot meta checksum mismatch")
+    try:
+        meta = orjson.loads(meta_bytes)
+        sections = meta.pop("sections")
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise SnapshotError("snapshot meta is not valid") from exc
+    arrays: dict[str, np.ndarray] = {}
+    buf = memoryview(mm)
+    for entry in sections:
+        try:
+            off, n = int(entry["offset"]), int(entry["nbytes"])
+            dtype = np.dtype(entry["dtype"])
+            shape = tuple(int(x) for x in entry["shape"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SnapshotError("snapshot section table is not valid") from exc
+        if off < 0 or n < 0 or off + n > size:
+            raise SnapshotError(f"snapshot section {entry.get('name')!r} runs past the end")
+        view = buf[off:off + n]
+        if verify and zlib.crc32(view) != entry["crc"]:
+            raise SnapshotError(f"snapshot section {entry['name']!r} checksum mismatch")
+        count = int(np.prod(shape)) if shape else 1
+        if count * dtype.itemsize != n:
+            raise SnapshotError(f"snapshot section {entry['name']!r} has a bad shape")
+        arrays[entry["name"]] = np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
+    return meta, arrays
+
+
+def snapshot_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN

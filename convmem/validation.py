@@ -1,0 +1,255 @@
+"""Argument validation for the seven tools.
+
+Messages name the parameter and the constraint, never the value (the spec forbids echoing input).
+Limits are in UTF-8 bytes where the spec says bytes. Booleans are not integers, floats are not
+integers, and None means "not given".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .errors import VALIDATION_ERROR, ConvMemError
+
+ROLES = ("user", "assistant", "system")
+KINDS = ("conversation", "episode", "semantic", "procedure", "preference", "summary")
+TIERS = ("short", "mid", "long", "discard")
+RELATION_TYPES = ("depends_on", "derived_from", "supersedes", "related_to")
+VIEWS = ("history", "content", "context", "sessions")
+
+MAX_SESSION_BYTES = 256
+MAX_CONTENT_BYTES = 1024 * 1024
+MAX_QUERY_BYTES = 4096
+MAX_TOOL_CALL_ID_BYTES = 256
+MAX_TAGS = 32
+MAX_TAG_BYTES = 128
+MAX_SUMMARY_BYTES = 4096
+MAX_RELATIONS = 32
+MAX_SOURCES = 64
+MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
+
+
+def fail(message: str) -> ConvMemError:
+    return ConvMemError(VALIDATION_ERROR, message)
+
+
+# -- scalars ------------------------------------------------------------------------------
+def text(name: str, value: Any, *, min_bytes: int, max_bytes: int) -> tuple[str, bytes]:
+    """A str of min..max UTF-8 bytes; returns it with its UTF-8 encoding."""
+    if not isinstance(value, str):
+        raise fail(f"{name} must be a string")
+    if len(value) > max_bytes:  # each character is at least one byte
+        raise fail(f"{name} must be at most {max_bytes} UTF-8 bytes")
+    try:
+        data = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise fail(f"{name} must be valid Unicode text (no lone surrogates)") from None
+    if len(data) < min_bytes:
+        raise fail(f"{name} must be at least {min_bytes} UTF-8 byte{'s' if min_bytes > 1 else ''}")
+    if len(data) > max_bytes:
+        raise fail(f"{name} must be at most {max_bytes} UTF-8 bytes")
+    return value, data
+
+
+def integer(name: str, value: Any, *, lo: int, hi: int | None, default: int | None) -> int | None:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail(f"{name} must be an integer")
+    if value < lo or (hi is not None and value > hi):
+        bound = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise fail(f"{name} must be an integer {bound}")
+    return value
+
+
+def choice(name: str, value: Any, options: tuple[str, ...], default: str | None = None) -> str:
+    if value is None and default is not None:
+        return default
+    if not isinstance(value, str) or value not in options:
+        raise fail(f"{name} must be one of {', '.join(options)}")
+    return value
+
+
+def ulid(name: str, value: Any) -> bytes:
+    """A canonical (upper-case) 26-character ULID, returned as its 16 bytes."""
+    if not isinstance(value, str):
+        raise fail(f"{name} must be a string holding a 26-character ULID")
+    if len(value) != 26 or value[0] > "7":
+        raise fail(f"{name} must be a canonical 26-character ULID")
+    n = 0
+    for ch in value:
+        d = _DECODE.get(ch)
+        if d is None:
+            raise fail(f"{name} must be a canonical 26-character ULID")
+        n = (n << 5) | d
+    return n.to_bytes(16, "big")
+
+
+def ulid_str(data: bytes) -> str:
+    n = int.from_bytes(data, "big")
+    return "".join(_CROCKFORD[(n >> shift) & 31] for shift in range(125, -1, -5))
+
+
+def json_arg(name: str, value: Any) -> Any:
+    """Parse a *_json argument (a string holding JSON)."""
+    if not isinstance(value, str):
+        raise fail(f"{name} must be a string holding JSON")
+    if len(value) > MAX_JSON_ARG_BYTES:
+        raise fail(f"{name} must be at most {MAX_JSON_ARG_BYTES} bytes")
+    try:
+        return orjson.loads(value)
+    except (orjson.JSONDecodeError, UnicodeEncodeError, RecursionError):
+        raise fail(f"{name} must be valid JSON") from None
+
+
+# -- metadata -------------------------------------------------------------------------------
+@dataclass
+class Metadata:
+    tool_call_id: str | None = None
+    tags: list[str] = field(default_factory=list)
+    tier: int = 0
+    kind: int = 0
+    importance: int = 50
+    summary: str | None = None
+    relations: list[tuple[int, bytes]] = field(default_factory=list)
+    sources: list[bytes] = field(default_factory=list)
+
+    def copy(self) -> "Metadata":
+        return Metadata(self.tool_call_id, list(self.tags), self.tier, self.kind,
+                        self.importance, self.summary, list(self.relations), list(self.sources))
+
+
+METADATA_FIELDS = ("tool_call_id", "tags", "memory_tier", "memory_kind", "importance", "summary",
+                   "relations", "source_message_ids")
+
+
+def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
+    """Validate a metadata object; returns only the fields it sets, normalised.
+
+    A field given as null resets to its default (unset for tool_call_id and summary).
+    """
+    if not isinstance(value, dict):
+        raise fail(f"{name} must be a JSON object")
+    out: dict[str, Any] = {}
+    for key, val in value.items():
+        if key not in METADATA_FIELDS:
+            shown = key if len(key) <= 64 and key.isidentifier() else "(unnamed)"
+            raise fail(f"{name}: unknown field {shown}; allowed fields are {', '.join(METADATA_FIELDS)}")
+        out[key] = _metadata_field(name, key, val)
+    return out
+
+
+def _metadata_field(name: str, key: str, val: Any) -> Any:
+    where = f"{name}.{key}"
+    if val is None:
+        return None
+    if key == "tool_call_id":
+        return text(where, val, min_bytes=0, max_bytes=MAX_TOOL_CALL_ID_BYTES)[0]
+    if key == "tags":
+        if not isinstance(val, list) or len(val) > MAX_TAGS:
+            raise fail(f"{where} must be an array of at most {MAX_TAGS} strings")
+        return [text(f"{where}[]", t, min_bytes=1, max_bytes=MAX_TAG_BYTES)[0] for t in val]
+    if key == "memory_tier":
+        return TIERS.index(choice(where, val, TIERS))
+    if key == "memory_kind":
+        return KINDS.index(choice(where, val, KINDS))
+    if key == "importance":
+        return integer(where, val, lo=0, hi=100, default=None)
+    if key == "summary":
+        s = text(where, val, min_bytes=0, max_bytes=MAX_SUMMARY_BYTES)[0]
+        return s or None
+    if key == "relations":
+        if not isinstance(val, list) or len(val) > MAX_RELATIONS:
+            raise fail(f"{where} must be an array of at most {MAX_RELATIONS} objects")
+        rels = []
+        for rel in val:
+            if not isinstance(rel, dict) or set(rel) != {"type", "message_id"}:
+                raise fail(f"{where}[] must be an object with exactly type and message_id")
+            rtype = RELATION_TYPES.index(choice(f"{where}[].type", rel["type"], RELATION_TYPES))
+            rels.append((rtype, ulid(f"{where}[].message_id", rel["message_id"])))
+        return rels
+    # source_message_ids
+    if not isinstance(val, list) or len(val) > MAX_SOURCES:
+        raise fail(f"{where} must be an array of at most {MAX_SOURCES} ULIDs")
+    return [ulid(f"{where}[]", u) for u in val]
+
+
+def apply_metadata(base: Metadata, fields: dict[str, Any]) -> Metadata:
+    """`base` with `fields` (from metadata_fields) laid over it."""
+    m = base.copy()
+    defaults = Metadata()
+    for key, val in fields.items():
+        if key == "tool_call_id":
+            m.tool_call_id = val
+        elif key == "tags":
+            m.tags = val if val is not None else []
+        elif key == "memory_tier":
+            m.tier = val if val is not None else defaults.tier
+        elif key == "memory_kind":
+            m.kind = val if val is not None else defaults.kind
+        elif key == "importance":
+            m.importance = val if val is not None else defaults.importance
+        elif key == "summary":
+            m.summary = val
+        elif key == "relations":
+            m.relations = val if val is not None else []
+        elif key == "source_message_ids":
+            m.sources = val if val is not None else []
+    return m
+
+
+# -- search filters -------------------------------------------------------------------------
+@dataclass
+class Filters:
+    kind_mask: int = 0x3F
+    tier_mask: int = 0x0F
+    tags: list[str] = field(default_factory=list)
+
+
+def filters(value: Any) -> Filters:
+    if value is None:
+        return Filters()
+    obj = json_arg("filters_json", value)
+    if not isinstance(obj, dict):
+        raise fail("filters_json must be a JSON object")
+    out = Filters()
+    for key, val in obj.items():
+        if key not in ("kinds", "tiers", "tags"):
+            raise fail("filters_json: unknown field; allowed fields are kinds, tiers, tags")
+        if val is None:
+            continue
+        where = f"filters_json.{key}"
+        if key == "tags":
+            if not isinstance(val, list) or len(val) > MAX_TAGS:
+                raise fail(f"{where} must be an array of at most {MAX_TAGS} strings")
+            out.tags = [text(f"{where}[]", t, min_bytes=1, max_bytes=MAX_TAG_BYTES)[0] for t in val]
+            continue
+        options = KINDS if key == "kinds" else TIERS
+        if not isinstance(val, list) or len(val) > 64:
+            raise fail(f"{where} must be an array of: {', '.join(options)}")
+        mask = 0
+        for v in val:
+            mask |= 1 << options.index(choice(f"{where}[]", v, options))
+        if key == "kinds":
+            out.kind_mask = mask or 0x3F  # an empty list does not constrain
+        else:
+            out.tier_mask = mask or 0x0F
+    return out
+
+
+def relation_types(value: Any) -> int:
+    """A bit mask of relation types (all when not given or empty)."""
+    if value is None:
+        return 0x0F
+    arr = json_arg("relation_types_json", value)
+    if not isinstance(arr, list) or len(arr) > 16:
+        raise fail(f"relation_types_json must be a JSON array of: {', '.join(RELATION_TYPES)}")
+    mask = 0
+    for v in arr:
+        mask |= 1 << RELATION_TYPES.index(choice("relation_types_json[]", v, RELATION_TYPES))
+    return mask or 0x0F
