@@ -1,8 +1,9 @@
 """JSON Lines import and export.
 
 One message per line: {"session_id", "role", "content", "metadata"?: object, "timestamp"?: int ms,
-"message_id"?: ULID}. `export_jsonl` writes exactly what `import_jsonl` reads, so an export imported
-into an empty store reproduces the ids, timestamps and metadata.
+"message_id"?: ULID, "revision"?: int, "updated_at"?: int ms}. `export_jsonl` writes exactly what
+`import_jsonl` reads, so an export imported into an empty store reproduces the ids, timestamps,
+revisions and metadata.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import orjson
 from convmem.errors import ConvMemError
 
 REQUIRED_FIELDS = ("session_id", "role", "content")
-OPTIONAL_FIELDS = ("metadata", "timestamp", "message_id")
+# revision and updated_at are written by export so that a round trip keeps them too.
+OPTIONAL_FIELDS = ("metadata", "timestamp", "message_id", "revision", "updated_at")
 KNOWN_FIELDS = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
 BATCH_SIZE = 1000
 BATCH_BYTES = 32 * 1024 * 1024  # also cut a batch early so 1 MiB messages do not pile up in memory

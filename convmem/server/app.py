@@ -78,6 +78,8 @@ def build_server(store: Any, version: str) -> Server[Any]:
         SERVER_NAME,
         version=version,
         instructions=INSTRUCTIONS,
+        # Lets the SDK check Mcp-Param headers without running tools/list for every HTTP call.
+        get_tool_input_schema=lambda name: TOOLS_BY_NAME[name].input_schema if name in TOOLS_BY_NAME else None,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

@@ -51,13 +51,13 @@ def _describe_names(names: list[str]) -> str:
 
 
 def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Arguments as keyword arguments for the store; unknown names raise VALIDATION_ERROR.
+    """Arguments as keyword arguments for the store; unknown or missing names raise VALIDATION_ERROR.
 
     Missing or null `arguments` is an empty object. Values are not checked here: MemoryStore
     validates them (types, ranges, byte limits) and names the field in its errors.
     """
     if arguments is None:
-        return {}
+        arguments = {}
     unknown = [name for name in arguments if name not in spec.parameters]
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
@@ -66,6 +66,9 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict
             f"{spec.name}: unknown parameter{plural} {_describe_names(unknown)}; "
             f"accepted: {', '.join(sorted(spec.parameters)) or 'none'}",
         )
+    missing = [name for name in spec.required if name not in arguments]
+    if missing:
+        raise ConvMemError(VALIDATION_ERROR, f"{spec.name}: missing required parameter '{missing[0]}'")
     return dict(arguments)
 
 

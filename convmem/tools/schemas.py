@@ -25,6 +25,10 @@ class ToolSpec:
     def parameters(self) -> frozenset[str]:
         return frozenset(self.input_schema["properties"])
 
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(self.input_schema.get("required", ()))
+
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}

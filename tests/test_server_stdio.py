@@ -1,0 +1,168 @@
+"""End-to-end: `convmem serve` over stdio, driven by the SDK client and by raw JSON-RPC lines."""
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from e2e_helpers import (
+    ANSWER_TIMEOUT,
+    REPO,
+    TOOL_NAMES,
+    RawStdioServer,
+    assert_error,
+    child_env,
+    convmem_cmd,
+    exercise_all_tools,
+    raw_payload_of,
+    stdio_client,
+)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_sdk_client_drives_every_tool(tmp_path: Path, mode: str) -> None:
+    async def scenario() -> None:
+        async with stdio_client(tmp_path / "data", mode) as client:
+            await exercise_all_tools(client)
+
+    anyio.run(scenario)
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RawStdioServer]:
+    server = RawStdioServer(tmp_path_factory.mktemp("raw") / "data", "--log-level", "debug")
+    init = server.initialize()
+    assert init["result"]["serverInfo"]["name"] == "convmem"
+    yield server
+    assert server.close() == 0
+    assert "Traceback" not in server.stderr_text()
+
+
+def test_tools_list_is_static_and_complete(raw: RawStdioServer) -> None:
+    tools = raw.request("tools/list")["result"]["tools"]
+    assert {t["name"] for t in tools} == TOOL_NAMES
+    for tool in tools:
+        assert "outputSchema" not in tool
+        assert tool["inputSchema"]["additionalProperties"] is False
+    assert raw.request("tools/list")["result"]["tools"] == tools
+
+
+def test_missing_or_null_arguments_are_an_empty_object(raw: RawStdioServer) -> None:
+    for kwargs in ({"omit_arguments": True}, {"arguments": None}, {"arguments": {}}):
+        payload, is_error = raw.call("get_system_health", **kwargs)
+        assert not is_error and payload["status"] == "OK"
+        payload, is_error = raw.call("write_message", **kwargs)
+        assert_error(payload, is_error, "VALIDATION_ERROR")
+        assert "session_id" in payload["error"]["message"]
+
+
+def test_unknown_tool_is_an_error_result_without_echo(raw: RawStdioServer) -> None:
+    payload, is_error = raw.call("drop_everything_xyz", {})
+    assert_error(payload, is_error, "VALIDATION_ERROR")
+    assert "drop_everything_xyz" not in payload["error"]["message"]
+
+
+def test_arguments_that_are_not_an_object_get_a_jsonrpc_error(raw: RawStdioServer) -> None:
+    response = raw.request("tools/call", {"name": "get_system_health", "arguments": [1, 2]})
+    assert response["error"]["code"] == -32602
+
+
+def test_lone_surrogate_is_answered_not_dropped(raw: RawStdioServer) -> None:
+    before = raw.health()
+    payload, is_error = raw.call_raw_arguments(
+        "write_message", b'{"session_id":"s","role":"user","content":"a\\ud800b"}'
+    )
+    assert_error(payload, is_error, "VALIDATION_ERROR")
+    assert "content" in payload["error"]["message"]
+    after = raw.health()
+    assert (after["log_size"], after["last_sequence"]) == (before["log_size"], before["last_sequence"])
+
+
+def test_garbage_line_is_skipped_and_server_keeps_answering(raw: RawStdioServer) -> None:
+    raw.send_line(b"this is not json")
+    raw.send_line(b'{"jsonrpc": "2.0", "id": ')
+    assert raw.health()["status"] == "OK"
+
+
+def test_pipelined_requests_are_all_answered(raw: RawStdioServer) -> None:
+    session = "pipelined"
+    ids = []
+    for i in range(40):
+        request_id = raw.next_id()
+        ids.append(request_id)
+        raw.send(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "method": "tools/call",
+                "params": {"name": "write_message", "arguments": {"session_id": session, "role": "user", "content": f"n{i}"}},
+            }
+        )
+    written = [raw_payload_of(raw.answer(i)) for i in ids]
+    assert all(not is_error and p["status"] == "OK" for p, is_error in written)
+    payload, _ = raw.call("read_messages", {"session_id": session, "limit": 1000})
+    assert sorted(m["content"] for m in payload["history"]) == sorted(f"n{i}" for i in range(40))
+
+
+def test_one_mebibyte_content_round_trips(raw: RawStdioServer) -> None:
+    content = ("日本語とEnglish\x01\"\\" * 60000)[: 1024 * 1024 // 3]
+    assert len(content.encode()) <= 1024 * 1024
+    payload, is_error = raw.call("write_message", {"session_id": "big", "role": "user", "content": content})
+    assert not is_error, payload
+    history, _ = raw.call("read_messages", {"session_id": "big"})
+    assert history["history"][0]["content"] == content
+
+
+def test_stdout_carries_only_jsonrpc(raw: RawStdioServer) -> None:
+    raw.health()
+    assert raw.stdout_lines
+    raw.assert_clean_stdout()
+
+
+def test_second_server_on_the_same_directory_is_busy(raw: RawStdioServer, tmp_path: Path) -> None:
+    data_dir = Path(raw.proc.args[raw.proc.args.index("--data-dir") + 1])  # type: ignore[union-attr]
+    done = subprocess.run(
+        convmem_cmd("serve", "--data-dir", str(data_dir)),
+        stdin=subprocess.PIPE,
+        capture_output=True,
+        env=child_env(),
+        cwd=REPO,
+        timeout=ANSWER_TIMEOUT,
+    )
+    assert done.returncode != 0
+    assert b"BUSY" in done.stderr
+    assert done.stdout == b""
+    assert raw.health()["status"] == "OK"
+
+
+def test_terminal_start_explains_itself_on_stderr(tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            convmem_cmd("serve", "--data-dir", str(tmp_path / "tty")),
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            cwd=REPO,
+        )
+        os.close(terminal)
+        terminal = -1
+        os.write(controller, b"\x04")  # Ctrl-D: end of input in canonical mode
+        stdout, stderr = proc.communicate(timeout=ANSWER_TIMEOUT)
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    assert proc.returncode == 0
+    assert stdout == b""
+    text = stderr.decode()
+    assert str(tmp_path / "tty") in text
+    snippet = json.loads(text[text.index("{") : text.index("}}}") + 3])
+    assert snippet["mcpServers"]["convmem"]["args"][:1] == ["serve"]
