@@ -199,6 +199,37 @@ def test_lone_surrogates_are_separators(tk: ModuleType) -> None:
     assert tk.key_of_token("\ud800") == reference_word_key(b"\xed\xa0\x80")
 
 
+def test_combining_characters_compose_across_piece_boundaries(tk: ModuleType) -> None:
+    # The compiled module normalizes only the spans that need it; marks that combine with the
+    # character before them must still compose.
+    assert list(tk.token_keys("Cafe\u0301 au lait")) == list(tk.token_keys("café au lait"))
+    assert tk.tokenize("か\u3099くせい") == ["がく", "くせ", "せい"]
+    assert tk.tokenize("가\u11a8 x") == ["각", "x"]
+    assert tk.tokenize("東京ﾃﾞｰﾀＡＢＣ会議") == ["東京", "京デ", "デー", "ータ", "abc", "会議"]
+    assert tk.tokenize("Ａ\u0301Ｂ　ｃ！") == ["áb", "c"]
+
+
+def test_inert_code_points_are_inert() -> None:
+    """Characters the compiled module does not pass to NFKC must normalize to what its scanner
+    reads them as (ASCII upper case aside, folded by the scanner) and be starters that never
+    combine with the character before them (not ccc != 0, not the second of a canonical pair,
+    not Hangul V/T jamo), so that text can be cut before them."""
+    seconds = set(range(0x1161, 0x1176)) | set(range(0x11A8, 0x11C3))
+    for cp in range(0x110000):
+        decomposition = unicodedata.decomposition(chr(cp))
+        if decomposition and not decomposition.startswith("<"):
+            parts = decomposition.split()
+            if len(parts) == 2:
+                seconds.add(int(parts[1], 16))
+    inert = dict(compiled._inert_code_points())
+    assert set(range(128)) <= inert.keys() and ord("東") in inert and ord("ｱ") not in inert
+    assert inert[ord("Ａ")] == ord("A") and inert[0x3000] == ord(" ")
+    for cp, read_as in inert.items():
+        ch = chr(cp)
+        assert twin.normalize(ch) == chr(read_as).lower(), hex(cp)
+        assert unicodedata.combining(ch) == 0 and cp not in seconds, hex(cp)
+
+
 def test_non_str_is_rejected(tk: ModuleType) -> None:
     for fn in (tk.token_keys, tk.tokenize, tk.normalize):
         with pytest.raises(TypeError):
@@ -219,6 +250,7 @@ INTERESTING = (
     "ｱﾞｰﾃﾞﾀ　ＡＢ１２"
     "한국ᄀㄱꥠힰ"
     "𠮷𪚲😀\u0301\u3099\u200d\ufeff"
+    "EeÉé가각\u11a8\u1161ᄀ\u0308ﾞﾟ\u309b㍿ＡＺ"
 )
 texts = st.text(
     alphabet=st.one_of(

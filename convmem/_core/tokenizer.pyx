@@ -13,7 +13,8 @@ import unicodedata
 
 cimport cython
 cimport numpy as cnp
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
 cnp.import_array()
@@ -40,7 +41,12 @@ cdef uint64_t FNV_PRIME = 0x100000001b3ULL
 cdef uint64_t MASK62 = (<uint64_t>1 << 62) - 1
 
 # Below this many code points the GIL is kept: releasing it costs more than the scan.
-cdef Py_ssize_t NOGIL_MIN = 4096
+cdef enum:
+    NOGIL_MIN = 4096
+    SCRATCH_KEYS = NOGIL_MIN - 1
+
+# Keys of texts shorter than NOGIL_MIN, copied out into an exact-size array (32 KiB, static).
+cdef uint64_t SCRATCH[SCRATCH_KEYS]
 
 # ASCII fast path: class and case fold of each byte (ASCII text skips normalize(), whose only
 # effect on it would be lower-casing).
@@ -167,6 +173,17 @@ cdef CharClass char_class(uint32_t c) noexcept nogil:
     return _char_class(c)
 
 
+cdef inline uint32_t _simple_map(uint32_t c) noexcept nogil:
+    # The compatibility forms that Japanese chat text is full of, normalized inline so that
+    # they do not send their text through a Python-level NFKC call: the ideographic space and
+    # full-width ASCII (NFKC maps U+FF01-FF5E to U+0021-007E; the ASCII fold does the rest).
+    if c < 0x3000 or c > 0xFF5E:
+        return c
+    if c == 0x3000:
+        return 0x20
+    return c - 0xFEE0 if c >= 0xFF01 else c
+
+
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
@@ -178,7 +195,7 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
     cdef CharClass cls
     cdef uint64_t h
     while i < n:
-        c = s[i]
+        c = _simple_map(s[i])
         cls = _char_class(c)
         if cls == CLS_SEP:
             i += 1
@@ -208,7 +225,7 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
         # Word or number. ASCII is folded here because ASCII input skips normalize().
         h = _fnv_byte(FNV_OFFSET, ASCII_FOLD[c]) if c < 128 else _fnv_code_point(FNV_OFFSET, c)
         while i < n:
-            c = s[i]
+            c = _simple_map(s[i])
             if _char_class(c) != cls:
                 break
             if i - start < MAX_WORD:
@@ -246,12 +263,113 @@ cdef Py_ssize_t _scan_str(str norm, uint64_t* keys, Py_ssize_t* spans) except -1
     return k
 
 
-cdef inline str _normalized_for_keys(str text):
-    # ASCII: NFKC is the identity and casefold equals lower(), which the scanner's ASCII fold
-    # table applies on the fly, so the original string is scanned as is.
+cdef inline bint _is_inert(uint32_t c) noexcept nogil:
+    """True if normalize() maps c to itself or to _simple_map(c) (ASCII upper case aside: the
+    scanner folds it) and c is a starter that never composes with the character before it (NFKC_QC=Yes, ccc=0, not the
+    second character of any canonical pair). Text can then be cut before c and normalized piece
+    by piece with the same result. tests/test_tokenizer.py re-derives these ranges."""
+    if c < 0x80:
+        return True
+    if c < 0x3000:
+        return 0xE0 <= c <= 0xFF                    # Latin-1 lower case (not ß, not µ)
+    if c <= 0x30FE:
+        if c <= 0x3029:                             # U+3000 (mapped), 、。「」 etc.
+            return True
+        if c < 0x303B:
+            return False
+        if c <= 0x3098:                             # Hiragana (before the combining marks)
+            return True
+        if c < 0x309D:
+            return False
+        return c <= 0x309E or c >= 0x30A0           # ゝゞ, Katakana up to ヾ
+    if c < 0x3400:
+        return False
+    if c <= 0xA63F:                                 # CJK Ext A, Unified Ideographs, Yi, ...
+        return True
+    if c < 0xAC00:
+        return False
+    if c <= 0xD7FF:                                 # Hangul syllables, Jamo Extended-B
+        return True
+    return 0xFF01 <= c <= 0xFF5E                    # full-width ASCII (mapped)
+
+
+# Inert characters between two pieces that need normalizing: a gap shorter than this is
+# normalized along with them, because a call per piece costs more than normalizing the gap.
+cdef Py_ssize_t MERGE_GAP = 16
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, Py_ssize_t** bounds,
+                             Py_ssize_t* cap) except -1:
+    """Record in (*bounds)[2j], (*bounds)[2j+1] the [start, stop) spans of s that need
+    normalize(); everything outside them is inert. Each span starts one character before its
+    first non-inert character, which may combine with that preceding starter. Grows *bounds
+    (PyMem, owned by the caller) as needed; returns the number of spans."""
+    cdef Py_ssize_t i = 0, j, start, count = 0
+    cdef Py_ssize_t* grown
+    while i < n:
+        if _is_inert(s[i]):
+            i += 1
+            continue
+        start = i - 1 if i > 0 else 0
+        j = i + 1
+        while j < n and not _is_inert(s[j]):
+            j += 1
+        if count > 0 and start - bounds[0][2 * count - 1] < MERGE_GAP:
+            bounds[0][2 * count - 1] = j
+        else:
+            if count == cap[0]:
+                cap[0] = 2 * cap[0] + 8
+                grown = <Py_ssize_t*>PyMem_Realloc(bounds[0], 2 * cap[0] * sizeof(Py_ssize_t))
+                if grown == NULL:
+                    raise MemoryError()
+                bounds[0] = grown
+            bounds[0][2 * count] = start
+            bounds[0][2 * count + 1] = j
+            count += 1
+        i = j
+    return count
+
+
+cdef str _normalized_for_keys(str text):
+    """`text` normalized for the scanner: normalize(text) equals it after _simple_map and the
+    ASCII fold, which the scanner applies to each code point as it reads it.
+
+    Only the spans holding characters that normalize() may change are passed through NFKC and
+    casefold. Already-normalized text (plain Japanese, English) is returned as is, and text with
+    a few full-width or half-width forms does not pay for a slow NFKC pass over all of it."""
     if PyUnicode_IS_ASCII(text):
         return text
-    return _unicodedata_normalize("NFKC", text).casefold()
+    PyUnicode_READY(text)
+    cdef Py_ssize_t n = len(text), count, j, done = 0
+    cdef int kind = PyUnicode_KIND(text)
+    cdef void* data = PyUnicode_DATA(text)
+    cdef Py_ssize_t cap = 0
+    cdef Py_ssize_t* bounds = NULL
+    cdef list pieces
+    try:
+        if kind == PyUnicode_1BYTE_KIND:
+            count = _find_pieces(<const uint8_t*>data, n, &bounds, &cap)
+        elif kind == PyUnicode_2BYTE_KIND:
+            count = _find_pieces(<const uint16_t*>data, n, &bounds, &cap)
+        else:
+            count = _find_pieces(<const uint32_t*>data, n, &bounds, &cap)
+        if count == 0:
+            return text
+        if count == 1 and bounds[0] == 0 and bounds[1] == n:
+            return _unicodedata_normalize("NFKC", text).casefold()
+        pieces = []
+        for j in range(count):
+            if bounds[2 * j] > done:
+                pieces.append(text[done:bounds[2 * j]])
+            pieces.append(_unicodedata_normalize("NFKC", text[bounds[2 * j]:bounds[2 * j + 1]]).casefold())
+            done = bounds[2 * j + 1]
+        if done < n:
+            pieces.append(text[done:])
+        return "".join(pieces)
+    finally:
+        PyMem_Free(bounds)
 
 
 cpdef str normalize(str text):
@@ -273,13 +391,29 @@ def token_keys(str text not None):
     """The uint64 keys of all tokens of `text`, in text order, duplicates kept."""
     cdef str norm = _normalized_for_keys(text)
     # Every token consumes at least one code point of its own, so len(norm) bounds the count.
-    cdef cnp.npy_intp cap = len(norm)
-    cdef cnp.ndarray arr = cnp.PyArray_EMPTY(1, &cap, cnp.NPY_UINT64, 0)
-    cdef Py_ssize_t k = _scan_str(norm, <uint64_t*>cnp.PyArray_DATA(arr), NULL)
-    if k < cap:
-        # In-place realloc: the array owns its data and nobody else holds it yet.
-        arr.resize(k, refcheck=False)
-    return arr
+    cdef Py_ssize_t n = len(norm), k
+    cdef uint64_t* keys
+    cdef cnp.npy_intp size
+    cdef cnp.ndarray arr
+    if n <= SCRATCH_KEYS:
+        # Short texts (the common case: one chat message) are scanned with the GIL held, so
+        # the module's scratch buffer cannot be used by two calls at once.
+        k = _scan_str(norm, SCRATCH, NULL)
+        size = k
+        arr = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT64, 0)
+        memcpy(cnp.PyArray_DATA(arr), SCRATCH, k * sizeof(uint64_t))
+        return arr
+    keys = <uint64_t*>PyMem_Malloc(n * sizeof(uint64_t))
+    if keys == NULL:
+        raise MemoryError()
+    try:
+        k = _scan_str(norm, keys, NULL)
+        size = k
+        arr = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT64, 0)
+        memcpy(cnp.PyArray_DATA(arr), keys, k * sizeof(uint64_t))
+        return arr
+    finally:
+        PyMem_Free(keys)
 
 
 def tokenize(str text not None):
@@ -325,3 +459,10 @@ def hash_utf8(const unsigned char[::1] data):
     if data.shape[0] == 0:
         return word_key(NULL, 0)
     return word_key(&data[0], data.shape[0])
+
+
+def _inert_code_points(uint32_t stop=0x110000):
+    """Test hook: (code point, what the scanner reads it as) for the code points below `stop`
+    that token_keys leaves out of the Python-level normalization."""
+    cdef uint32_t c
+    return [(c, _simple_map(c)) for c in range(stop) if _is_inert(c)]
