@@ -9,6 +9,7 @@ Decoders read any contiguous buffer (bytes, bytearray, memoryview, mmap) through
 is sized from a length that has not been checked against the bytes left.
 """
 cimport cython
+from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
@@ -257,25 +258,62 @@ def read_record(buf, Py_ssize_t offset):
 # ---------------------------------------------------------------------------------------------
 # scanning
 
+ctypedef struct _Entry:  # one valid record found by _scan
+    int64_t offset
+    uint64_t seq
+    uint32_t length
+    uint8_t rtype
+
+
+ctypedef struct _Entries:  # growable array of _Entry, owned by scan_log
+    _Entry* items
+    Py_ssize_t count
+    Py_ssize_t capacity
+
+
+cdef int _push(_Entries* e, int64_t offset, uint64_t seq, uint32_t length,
+               uint8_t rtype) noexcept nogil:
+    """Append one entry; returns -1 when memory runs out (the caller raises MemoryError)."""
+    cdef Py_ssize_t cap
+    cdef _Entry* items
+    if e.count == e.capacity:
+        cap = e.capacity * 2 if e.capacity else 1024
+        items = <_Entry*>PyMem_RawRealloc(e.items, cap * sizeof(_Entry))
+        if items == NULL:
+            return -1
+        e.items = items
+        e.capacity = cap
+    e.items[e.count] = _Entry(offset, seq, length, rtype)
+    e.count += 1
+    return 0
+
+
 cdef FrameError _scan(const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
-                      bint verify_crc, Py_ssize_t* count, Py_ssize_t* stop) noexcept nogil:
-    """Walk valid records from `start`; set how many and where the walk stopped."""
+                      bint verify_crc, _Entries* found, Py_ssize_t* stop,
+                      bint* no_memory) noexcept nogil:
+    """Walk valid records from `start`, recording each; set where the walk stopped.
+
+    One pass that keeps what it found (instead of a counting pass and a filling pass): on a log
+    larger than the caches the second pass would miss on every record header again.
+    """
     cdef Py_ssize_t off = start
-    cdef Py_ssize_t k = 0
     cdef uint64_t seq, prev = 0
+    cdef uint32_t length
     cdef FrameError err = FE_OK
     while off < end:
         err = check_frame(data, off, end, verify_crc)
         if err != FE_OK:
             break
         seq = load_u64(data + off + 12)
-        if k and seq <= prev:
+        if found.count and seq <= prev:
             err = FE_SEQ_NOT_INCREASING
             break
+        length = load_u32(data + off + 4)
+        if _push(found, off, seq, length, data[off + 8]) != 0:
+            no_memory[0] = True
+            break
         prev = seq
-        k += 1
-        off += CV_RECORD_HEADER_SIZE + <Py_ssize_t>load_u32(data + off + 4)
-    count[0] = k
+        off += CV_RECORD_HEADER_SIZE + <Py_ssize_t>length
     stop[0] = off
     return err
 
@@ -299,32 +337,38 @@ def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
     if start < 0 or end < start or end > n:
         raise ValueError("start/end outside the buffer")
     cdef const unsigned char* data = &mv[0] if n else <const unsigned char*>b""
-    cdef Py_ssize_t count, stop, resync = -1
+    cdef _Entries found = _Entries(NULL, 0, 0)
+    cdef Py_ssize_t i, count, stop, resync = -1
+    cdef bint no_memory = False
     cdef FrameError err
-    with nogil:
-        err = _scan(data, start, end, verify_crc, &count, &stop)
-        if err != FE_OK:
-            resync = _resync(data, stop, end)
-    # Second pass over the frames the first one validated: only their headers are read, so the
-    # arrays are allocated once at their exact size instead of grown.
-    offsets = np.empty(count, dtype=np.int64)
-    types = np.empty(count, dtype=np.uint8)
-    seqs = np.empty(count, dtype=np.uint64)
-    lengths = np.empty(count, dtype=np.uint32)
-    cdef int64_t[::1] o = offsets
-    cdef uint8_t[::1] t = types
-    cdef uint64_t[::1] s = seqs
-    cdef uint32_t[::1] l = lengths
-    cdef Py_ssize_t i, off = start
-    cdef uint32_t length
-    with nogil:
-        for i in range(count):
-            length = load_u32(data + off + 4)
-            o[i] = off
-            t[i] = data[off + 8]
-            s[i] = load_u64(data + off + 12)
-            l[i] = length
-            off += CV_RECORD_HEADER_SIZE + length
+    cdef int64_t[::1] o
+    cdef uint8_t[::1] t
+    cdef uint64_t[::1] s
+    cdef uint32_t[::1] l
+    try:
+        with nogil:
+            err = _scan(data, start, end, verify_crc, &found, &stop, &no_memory)
+            if err != FE_OK and not no_memory:
+                resync = _resync(data, stop, end)
+        if no_memory:
+            raise MemoryError()
+        count = found.count
+        offsets = np.empty(count, dtype=np.int64)
+        types = np.empty(count, dtype=np.uint8)
+        seqs = np.empty(count, dtype=np.uint64)
+        lengths = np.empty(count, dtype=np.uint32)
+        o = offsets
+        t = types
+        s = seqs
+        l = lengths
+        with nogil:
+            for i in range(count):
+                o[i] = found.items[i].offset
+                t[i] = found.items[i].rtype
+                s[i] = found.items[i].seq
+                l[i] = found.items[i].length
+    finally:
+        PyMem_RawFree(found.items)
     return ScanResult(offsets, types, seqs, lengths, stop, _REASONS[err], resync)
 
 
