@@ -192,7 +192,7 @@ class MemoryStore:
             "deleted_messages": self._deleted_messages,
             "live_bytes": self._live_bytes,
             "sessions": [s.name for s in sessions],
-            "ulid_last": list(self._ulid_last),
+            "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
         }
         arrays = {
             "slot_ulid": self._slot_ulid.view(),
@@ -246,14 +246,11 @@ class MemoryStore:
                 return None
             covered = int(meta["covered_end"])
             last_off = int(meta["last_record_offset"])
-            if covered > self._log.size:
-                self._snapshot_rejected("snapshot covers more log than exists; state rebuilt from the log")
+            if not self._snapshot_matches_log(covered, last_off, int(meta["last_seq"])):
+                # The log lost its tail after the snapshot was taken (a torn or damaged last
+                # record): the snapshot is stale, the log is the truth and replay repairs it.
+                self.snapshot_valid = False
                 return None
-            if last_off >= 0:
-                head = self._log.read(last_off, covered - last_off)
-                _, seq, _, _, nxt = codec.read_record(head, 0)
-                if seq != int(meta["last_seq"]) or nxt != len(head):
-                    raise SnapshotError("snapshot does not match the log")
             self._load_state(meta, arrays)
         except (SnapshotError, codec.CorruptRecord, ConvMemError, KeyError, ValueError,
                 TypeError, IndexError) as exc:
@@ -262,6 +259,18 @@ class MemoryStore:
             self._snapshot_rejected(f"snapshot is unusable ({exc}); state rebuilt from the log")
             return None
         return covered
+
+    def _snapshot_matches_log(self, covered: int, last_off: int, last_seq: int) -> bool:
+        if covered > self._log.size:
+            return False
+        if last_off < 0:
+            return covered == codec.LOG_HEADER_SIZE
+        try:
+            head = self._log.read(last_off, covered - last_off)
+            _, seq, _, _, nxt = codec.read_record(head, 0)
+        except (codec.CorruptRecord, ConvMemError):
+            return False
+        return seq == last_seq and nxt == len(head)
 
     def _snapshot_rejected(self, why: str) -> None:
         self.snapshot_valid = False
@@ -312,7 +321,8 @@ class MemoryStore:
         self._update_records = int(meta["update_records"])
         self._deleted_messages = int(meta["deleted_messages"])
         self._live_bytes = int(meta["live_bytes"])
-        self._ulid_last = tuple(meta.get("ulid_last", (0, 0)))  # type: ignore[assignment]
+        last = meta.get("ulid_last") or [0, "0"]
+        self._ulid_last = (int(last[0]), int(last[1], 16))
 
     # -- replay and verification -----------------------------------------------------------
     def _replay(self, start: int) -> int:
@@ -1084,7 +1094,7 @@ class MemoryStore:
             "tokenizer_version": tok.TOKENIZER_VERSION,
             "unicode_version": tok.UNICODE_VERSION,
             "sessions": [s.name for s in sessions],
-            "ulid_last": list(self._ulid_last),
+            "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
         }
         arrays = {
             "slot_ulid": self._slot_ulid.data[live_slots],

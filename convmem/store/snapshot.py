@@ -41,7 +41,9 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     table = []
     blobs: list[memoryview] = []
     for name, arr in arrays.items():
-        arr = np.ascontiguousarray(arr)
+        arr = np.asarray(arr)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
         table.append({"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape),
                       "nbytes": arr.nbytes, "crc": zlib.crc32(view)})
@@ -103,7 +105,7 @@ def read_snapshot(path: Path, verify: bool = True) -> tuple[dict[str, Any], dict
         raise SnapshotError("snapshot meta checksum mismatch")
     try:
         meta = orjson.loads(meta_bytes)
-        sections = meta.pop("sections")
+        sections = meta["sections"]
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise SnapshotError("snapshot meta is not valid") from exc
     arrays: dict[str, np.ndarray] = {}

@@ -1,0 +1,236 @@
+"""Damage to the files, through reopen: one test per kind of damage (LevelDB's matrix).
+
+A damaged tail (nothing valid after it) is a crash's torn write: it is truncated durably and
+reported once (`recovered_tail`). Damage with valid records after it is corruption: reported in
+`last_error` (health DEGRADED) with the byte offset, and never served.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import pytest
+
+from convmem import ConvMemError, MemoryStore
+from convmem._core import codec
+from convmem.store.snapshot import read_snapshot
+
+LOG = "messages.log"
+SNAP = "snapshot.bin"
+
+
+def make_store(path: Path, n: int = 3, keep_snapshot: bool = False) -> list[str]:
+    with MemoryStore.open(path) as s:
+        ids = [s.write_message(session_id="s", role="user", content=f"message number {i}")
+               ["message"]["message_id"] for i in range(n)]
+    if not keep_snapshot:
+        (path / SNAP).unlink()  # as after kill -9: only the log
+    return ids
+
+
+def records(path: Path) -> list[tuple[int, int]]:
+    """(offset, frame length) of each record in the log."""
+    data = (path / LOG).read_bytes()
+    res = codec.scan_log(data, codec.LOG_HEADER_SIZE, len(data))
+    return [(int(o), int(n) + codec.RECORD_HEADER_SIZE) for o, n in zip(res.offsets, res.lengths)]
+
+
+def patch(path: Path, offset: int, data: bytes) -> None:
+    with open(path / LOG, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def live_contents(s: MemoryStore) -> list[str]:
+    return [m["content"] for m in s.read_messages(session_id="s")["history"]]
+
+
+def reopen_twice(path: Path):
+    with MemoryStore.open(path) as s:
+        first = s.get_system_health()
+        contents = live_contents(s)
+    with MemoryStore.open(path) as s:
+        second = s.get_system_health()
+        assert live_contents(s) == contents
+    return first, second, contents
+
+
+def assert_torn_tail(path: Path, survivors: int) -> None:
+    first, second, contents = reopen_twice(path)
+    assert first["recovered_tail"] is True
+    assert first["io"]["truncate_calls"] == 1
+    assert first["status"] == "OK" and first["last_error"] == ""
+    assert contents == [f"message number {i}" for i in range(survivors)]
+    # The repair was durable: the next clean open has nothing to recover.
+    assert second["recovered_tail"] is False and second["io"]["truncate_calls"] == 0
+
+
+@pytest.mark.parametrize("keep_snapshot", [False, True])
+def test_truncated_payload(tmp_path, keep_snapshot):
+    make_store(tmp_path, keep_snapshot=keep_snapshot)
+    size = (tmp_path / LOG).stat().st_size
+    os.truncate(tmp_path / LOG, size - 5)
+    assert_torn_tail(tmp_path, 2)
+
+
+def test_truncated_header(tmp_path):
+    make_store(tmp_path)
+    last_off, _ = records(tmp_path)[-1]
+    os.truncate(tmp_path / LOG, last_off + 10)
+    assert_torn_tail(tmp_path, 2)
+
+
+def test_zero_filled_tail(tmp_path):
+    make_store(tmp_path)
+    with open(tmp_path / LOG, "ab") as f:
+        f.write(b"\0" * 4096)
+    assert_torn_tail(tmp_path, 3)
+
+
+def test_garbage_appended(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+    with open(tmp_path / LOG, "ab") as f:
+        f.write(os.urandom(777))
+    assert_torn_tail(tmp_path, 3)
+
+
+def test_flipped_checksum_byte_of_last_record(tmp_path):
+    make_store(tmp_path)
+    last_off, _ = records(tmp_path)[-1]
+    data = (tmp_path / LOG).read_bytes()
+    patch(tmp_path, last_off, bytes([data[last_off] ^ 0xFF]))
+    assert_torn_tail(tmp_path, 2)
+
+
+def test_bad_length_of_last_record(tmp_path):
+    make_store(tmp_path)
+    last_off, _ = records(tmp_path)[-1]
+    patch(tmp_path, last_off + 4, struct.pack("<I", 0x7FFFFFFF))
+    assert_torn_tail(tmp_path, 2)
+
+
+def _assert_middle_damage(path: Path, offset: int) -> None:
+    with MemoryStore.open(path) as s:
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED"
+        assert f"byte offset {offset}" in h["last_error"]
+        assert live_contents(s) == ["message number 0", "message number 2"]
+        assert [m["content"] for m in s.search_messages(query="message")["results"]].count(
+            "message number 1") == 0
+
+
+@pytest.mark.parametrize("keep_snapshot", [False, True])
+def test_damage_in_the_middle_is_reported_not_served(tmp_path, keep_snapshot):
+    make_store(tmp_path, keep_snapshot=keep_snapshot)
+    off, length = records(tmp_path)[1]
+    data = (tmp_path / LOG).read_bytes()
+    patch(tmp_path, off + length - 3, bytes([data[off + length - 3] ^ 0x55]))
+    _assert_middle_damage(tmp_path, off)
+
+
+def test_unknown_type_in_the_middle(tmp_path):
+    make_store(tmp_path)
+    off, length = records(tmp_path)[1]
+    data = bytearray((tmp_path / LOG).read_bytes())
+    data[off + 8] = 9  # a type no reader knows, with a checksum that matches
+    struct.pack_into("<I", data, off, zlib.crc32(bytes(data[off + 4: off + length])))
+    (tmp_path / LOG).write_bytes(bytes(data))
+    _assert_middle_damage(tmp_path, off)
+
+
+def test_damaged_snapshot_is_rebuilt_from_log(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+    snap = tmp_path / SNAP
+    data = bytearray(snap.read_bytes())
+    meta, _ = read_snapshot(snap)
+    section = next(sec for sec in meta["sections"] if sec["name"] == "slot_ulid")
+    data[section["offset"] + 5] ^= 0x10
+    snap.write_bytes(bytes(data))
+    with MemoryStore.open(tmp_path) as s:
+        h = s.get_system_health()
+        assert h["snapshot_valid"] is False and h["status"] == "DEGRADED"
+        assert "snapshot" in h["last_error"]
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    with MemoryStore.open(tmp_path) as s:
+        h = s.get_system_health()
+        assert h["snapshot_valid"] is True and h["status"] == "OK"
+
+
+def test_stale_snapshot_from_other_log_is_not_used(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+    other = tmp_path / "other"
+    with MemoryStore.open(other) as s:
+        s.write_message(session_id="x", role="user", content="from another store")
+    (other / SNAP).replace(tmp_path / SNAP)
+    with MemoryStore.open(tmp_path) as s:
+        assert s.get_system_health()["snapshot_valid"] is False
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+        assert s.read_messages(session_id="x")["history"] == []
+
+
+def test_damaged_log_header_fails_with_offset(tmp_path):
+    make_store(tmp_path)
+    patch(tmp_path, 0, b"XXXX")
+    with pytest.raises(ConvMemError) as info:
+        MemoryStore.open(tmp_path)
+    assert info.value.code == "CORRUPT_STORE" and "byte offset 0" in info.value.message
+
+
+def test_reads_of_a_record_damaged_after_open_report_corruption(tmp_path):
+    with MemoryStore.open(tmp_path) as s:
+        mid = s.write_message(session_id="s", role="user", content="fragile")["message"]["message_id"]
+        off, length = records(tmp_path)[0]
+        patch(tmp_path, off + length - 2, b"\xff\xff")
+        with pytest.raises(ConvMemError) as info:
+            s.read_messages(view="content", message_id=mid)
+        assert info.value.code == "CORRUPT_STORE" and f"byte offset {off}" in info.value.message
+
+
+def _run(code: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_write_failure_gives_io_error_and_leaves_nothing_partial(tmp_path):
+    make_store(tmp_path, n=2, keep_snapshot=True)
+    r = _run("""
+        import resource, sys
+        from convmem import MemoryStore, ConvMemError
+        s = MemoryStore.open(sys.argv[1])
+        size = s.get_system_health()["log_size"]
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+        try:
+            s.write_message(session_id="s", role="user", content="x" * 5000)
+            print("no error")
+        except ConvMemError as e:
+            print(e.code)
+        print(len(s.read_messages(session_id="s")["history"]))
+        h = s.get_system_health()
+        print(h["status"], h["log_size"] == size)
+    """, str(tmp_path))
+    assert r.stdout.split() == ["IO_ERROR", "2", "DEGRADED", "True"], r.stderr
+    with MemoryStore.open(tmp_path) as s:
+        h = s.get_system_health()
+        assert h["recovered_tail"] is False and h["last_sequence"] == 2
+        assert len(live_contents(s)) == 2
+
+
+def test_second_process_gets_busy_with_pid(tmp_path):
+    with MemoryStore.open(tmp_path):
+        r = _run("""
+            import sys
+            from convmem import MemoryStore, ConvMemError
+            try:
+                MemoryStore.open(sys.argv[1])
+            except ConvMemError as e:
+                print(e.code, e.message)
+        """, str(tmp_path))
+        assert r.stdout.startswith("BUSY") and str(os.getpid()) in r.stdout, r.stderr
+    # Released on close: a new holder can open it.
+    with MemoryStore.open(tmp_path) as s:
+        assert s.get_system_health()["status"] == "OK"
