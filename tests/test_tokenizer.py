@@ -238,6 +238,17 @@ def test_non_str_is_rejected(tk: ModuleType) -> None:
             fn(b"bytes")
 
 
+@pytest.mark.parametrize("size", [1023, 1024, 1025, 4095, 4096, 4097])
+def test_buffer_size_boundaries(size: int) -> None:
+    # The compiled module switches buffers at 1024 code points and releases the GIL from 4096.
+    unit = "ab 東京ﾃﾞ"  # 7 code points, 6 after normalization (ﾃﾞ -> デ)
+    text = (unit * (size // 7 + 1))[:size]
+    assert compiled.token_keys(text).tolist() == twin.token_keys(text).tolist()
+    cjk = ("東京" * size)[:size]  # size - 1 bigrams: the key buffer is filled to its capacity
+    assert compiled.token_keys(cjk).tolist() == twin.token_keys(cjk).tolist()
+    assert len(compiled.token_keys(cjk)) == size - 1
+
+
 def test_long_text_uses_same_rules(tk: ModuleType) -> None:
     # Long enough for the compiled scanner to release the GIL; compared with the twin.
     text = "会議の議事録 Meeting notes v2 ﾃﾞｰﾀ 한국 😀 " * 400

@@ -40,13 +40,13 @@ cdef uint64_t FNV_OFFSET = 0xcbf29ce484222325ULL
 cdef uint64_t FNV_PRIME = 0x100000001b3ULL
 cdef uint64_t MASK62 = (<uint64_t>1 << 62) - 1
 
-# Below this many code points the GIL is kept: releasing it costs more than the scan.
 cdef enum:
+    # Below this many code points the GIL is kept: releasing it costs more than the scan.
     NOGIL_MIN = 4096
-    SCRATCH_KEYS = NOGIL_MIN - 1
-
-# Keys of texts shorter than NOGIL_MIN, copied out into an exact-size array (32 KiB, static).
-cdef uint64_t SCRATCH[SCRATCH_KEYS]
+    # Texts up to this many code points (most chat messages) are scanned into a stack buffer
+    # and copied into an exact-size array: cheaper than a heap buffer or a numpy resize, and
+    # safe if allocating the array runs a finalizer that tokenizes in turn.
+    STACK_KEYS = 1024
 
 # ASCII fast path: class and case fold of each byte (ASCII text skips normalize(), whose only
 # effect on it would be lower-casing).
@@ -392,16 +392,15 @@ def token_keys(str text not None):
     cdef str norm = _normalized_for_keys(text)
     # Every token consumes at least one code point of its own, so len(norm) bounds the count.
     cdef Py_ssize_t n = len(norm), k
+    cdef uint64_t local[STACK_KEYS]
     cdef uint64_t* keys
     cdef cnp.npy_intp size
     cdef cnp.ndarray arr
-    if n <= SCRATCH_KEYS:
-        # Short texts (the common case: one chat message) are scanned with the GIL held, so
-        # the module's scratch buffer cannot be used by two calls at once.
-        k = _scan_str(norm, SCRATCH, NULL)
+    if n <= STACK_KEYS:
+        k = _scan_str(norm, local, NULL)
         size = k
         arr = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT64, 0)
-        memcpy(cnp.PyArray_DATA(arr), SCRATCH, k * sizeof(uint64_t))
+        memcpy(cnp.PyArray_DATA(arr), local, k * sizeof(uint64_t))
         return arr
     keys = <uint64_t*>PyMem_Malloc(n * sizeof(uint64_t))
     if keys == NULL:
