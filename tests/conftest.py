@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Iterator
 
@@ -27,3 +28,14 @@ def store(store_dir: Path) -> Iterator[MemoryStore]:
 def meta(**fields) -> str:
     """metadata_json text from keyword arguments."""
     return json.dumps(fields, ensure_ascii=False)
+
+
+def pytest_configure(config) -> None:
+    # Child Python processes (servers, crash writers) must import the installed package, not
+    # the source tree in the working directory.
+    os.environ["PYTHONSAFEPATH"] = "1"
+    if os.environ.get("CONVMEM_REQUIRE_COMPILED") == "1":
+        from convmem._core import CORE_KIND
+
+        if CORE_KIND != "compiled":
+            raise pytest.UsageError(f"the compiled core is required, {CORE_KIND} is loaded")
