@@ -4,8 +4,12 @@ The hot path, `token_keys`, creates no Python object per token: it reads the cod
 normalized str in place (1-, 2- or 4-byte kind), classifies them (ASCII table, CJK ranges, then
 the interpreter's Unicode tables), hashes word/number runs while scanning (the UTF-8 bytes are
 fed to FNV-1a as they are produced, so no buffer is needed) and packs CJK bigrams/unigrams into
-the key bits. The keys go straight into a numpy array sized by an upper bound (every token
-consumes at least one code point of its own), which is trimmed at the end.
+the key bits. Keys go to a buffer sized by an upper bound (every token consumes at least one
+code point of its own) and are copied into an exact-size numpy array.
+
+Normalization is the expensive part (CPython's NFKC runs at 20-50 MB/s on text that is not
+already normalized), so token_keys passes to NFKC + casefold only the spans that can change
+(see _is_inert); ASCII upper case, full-width ASCII and U+3000 are folded by the scanner itself.
 
 `convmem._core.pytokenizer` is the readable twin; the two give identical results.
 """
@@ -36,9 +40,16 @@ UNICODE_VERSION = unicodedata.unidata_version
 
 cdef object _unicodedata_normalize = unicodedata.normalize
 
-cdef uint64_t FNV_OFFSET = 0xcbf29ce484222325ULL
-cdef uint64_t FNV_PRIME = 0x100000001b3ULL
-cdef uint64_t MASK62 = (<uint64_t>1 << 62) - 1
+cdef extern from *:
+    # Compile-time constants (a module-level cdef variable would be loaded from memory).
+    """
+    #define CONVMEM_FNV_OFFSET 0xcbf29ce484222325ULL
+    #define CONVMEM_FNV_PRIME 0x100000001b3ULL
+    #define CONVMEM_MASK62 0x3fffffffffffffffULL
+    """
+    const uint64_t FNV_OFFSET "CONVMEM_FNV_OFFSET"
+    const uint64_t FNV_PRIME "CONVMEM_FNV_PRIME"
+    const uint64_t MASK62 "CONVMEM_MASK62"
 
 cdef enum:
     # Below this many code points the GIL is kept: releasing it costs more than the scan.
