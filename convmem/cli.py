@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 import orjson
 
+from convmem import __version__
 from convmem.errors import ConvMemError
 
 logger = logging.getLogger("convmem.cli")
@@ -24,23 +25,14 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
 
-def version_string() -> str:
-    """`convmem X.Y.Z (core: compiled|pure-python)`; the core is imported to report the truth."""
-    try:
-        from convmem import __version__ as version  # type: ignore[attr-defined]
-    except ImportError:
-        from importlib.metadata import PackageNotFoundError
-        from importlib.metadata import version as dist_version
-
-        try:
-            version = dist_version("convmem")
-        except PackageNotFoundError:
-            version = "unknown"
+def core_kind() -> str | None:
+    """"compiled" or "pure-python", by importing the core; None if it cannot be imported."""
     try:
         from convmem._core import CORE_KIND
     except ImportError as exc:
-        CORE_KIND = f"unavailable ({exc})"
-    return f"convmem {version} (core: {CORE_KIND})"
+        logger.error("the convmem core cannot be imported: %s", exc)
+        return None
+    return str(CORE_KIND)
 
 
 def default_data_dir(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path:
@@ -90,7 +82,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
 
     data_dir: Path = args.data_dir
-    version = version_string().split()[1]
     tokens = None
     if args.transport == "http":
         try:
@@ -102,6 +93,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
 
     store = _open_store(data_dir)
+    interrupted = False
     try:
         if args.transport == "http":
             from convmem.server import serve_http
@@ -111,15 +103,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n")
                 sys.stderr.flush()
 
-            serve_http(store, version, args.host, args.port, tokens, args.log_level, announce)
+            serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce)
         else:
-            _serve_stdio(store, version, data_dir)
+            interrupted = _serve_stdio(store, __version__, data_dir)
     finally:
         store.close()
+    if interrupted:
+        # The SDK's stdin reader thread is blocked in read() and cannot be cancelled; the
+        # interpreter would wait for it until the host closes the pipe. The store is closed.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(EXIT_OK)
     return EXIT_OK
 
 
-def _serve_stdio(store: Any, version: str, data_dir: Path) -> None:
+def _serve_stdio(store: Any, version: str, data_dir: Path) -> bool:
+    """Serve until stdin closes (returns False) or SIGTERM/SIGINT (returns True)."""
     import anyio
 
     from convmem.server import serve_stdio
@@ -141,6 +140,8 @@ def _serve_stdio(store: Any, version: str, data_dir: Path) -> None:
         anyio.run(serve_stdio, store, version)
     except KeyboardInterrupt:
         logger.info("interrupted, shutting down")
+        return True
+    return False
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -249,8 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        sys.stdout.write(version_string() + "\n")
-        return EXIT_OK
+        kind = core_kind()
+        sys.stdout.write(f"convmem {__version__} (core: {kind or 'unavailable'})\n")
+        return EXIT_OK if kind else EXIT_ERROR
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
@@ -265,3 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (e.g. `convmem export | head`); say nothing more on that pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR

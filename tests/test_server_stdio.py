@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +167,16 @@ def test_terminal_start_explains_itself_on_stderr(tmp_path: Path) -> None:
     assert str(tmp_path / "tty") in text
     snippet = json.loads(text[text.index("{") : text.index("}}}") + 3])
     assert snippet["mcpServers"]["convmem"]["args"][:1] == ["serve"]
+
+
+def test_sigterm_stops_the_server_and_frees_the_directory(tmp_path: Path) -> None:
+    from convmem import MemoryStore
+
+    server = RawStdioServer(tmp_path / "data")
+    server.initialize()
+    assert not server.call("write_message", {"session_id": "t", "role": "user", "content": "kept"})[1]
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=ANSWER_TIMEOUT) == 0  # stdin is still open: the signal alone ends it
+    assert server.close() == 0
+    with MemoryStore.open(tmp_path / "data") as store:
+        assert [m["content"] for m in store.read_messages(session_id="t")["history"]] == ["kept"]
