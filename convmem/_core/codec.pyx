@@ -4,13 +4,14 @@
 The byte layout, the order of the checks and every reason string are in docs/FORMAT.md; the
 pure-Python twin `pycodec` implements the same thing readably and is the oracle in the tests.
 Decoders read any contiguous buffer (bytes, bytearray, memoryview, mmap) through a
-`const unsigned char[::1]` view without copying it; every read goes through a bounds check
-(`Reader`, or `check_frame` in the nogil scan loop) before any byte is touched, and no allocation
-is sized from a length that has not been checked against the bytes left.
+`const unsigned char[::1]` view without copying it (`[::1]` rather than `[:]` because the code
+does pointer arithmetic on it, so a strided view is refused with BufferError). Every read goes
+through a bounds check (`Reader`, or `check_frame` in the nogil scan loop) before any byte is
+touched, and no allocation is sized from a length not yet checked against the bytes left.
 """
 cimport cython
-from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
