@@ -23,7 +23,11 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-REPO = Path(__file__).resolve().parents[1]
+import convmem
+
+# Children import the same convmem as this process: the checkout when run from it, the installed
+# package when CI runs the suite against the installed artefact.
+PACKAGE_ROOT = Path(convmem.__file__).resolve().parents[1]
 TOOL_NAMES = {
     "write_message",
     "update_message",
@@ -38,10 +42,10 @@ ANSWER_TIMEOUT = 60.0  # seconds to wait for one answer before declaring the ser
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """Environment for a convmem child process: importable from this checkout, no stray state."""
+    """Environment for a convmem child process: the same convmem as the tests, no stray state."""
     env = {k: v for k, v in os.environ.items() if k in ("HOME", "PATH", "LANG", "LC_ALL") or k.startswith("CONVMEM_")}
     env.pop("CONVMEM_DATA_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")) if p)
     env.update(extra)
     return env
 
@@ -52,7 +56,7 @@ def convmem_cmd(*args: str) -> list[str]:
 
 def run_cli(*args: str, input: bytes | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        convmem_cmd(*args), input=input, capture_output=True, env=env or child_env(), cwd=REPO, timeout=ANSWER_TIMEOUT
+        convmem_cmd(*args), input=input, capture_output=True, env=env or child_env(), cwd=PACKAGE_ROOT, timeout=ANSWER_TIMEOUT
     )
 
 
@@ -101,7 +105,7 @@ class RawStdioServer:
             stdout=subprocess.PIPE,
             stderr=self._stderr,
             env=env or child_env(),
-            cwd=REPO,
+            cwd=PACKAGE_ROOT,
         )
         self.stdout_lines: list[bytes] = []
         self._answers: dict[Any, queue.Queue[dict[str, Any]]] = {}
@@ -221,7 +225,7 @@ class HttpServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env or child_env(),
-            cwd=REPO,
+            cwd=PACKAGE_ROOT,
         )
         self.stderr_lines: list[bytes] = []
         found: queue.Queue[str | None] = queue.Queue()
@@ -273,7 +277,7 @@ def stdio_client(data_dir: Path, mode: str) -> Client:
         command=sys.executable,
         args=["-m", "convmem", "serve", "--data-dir", str(data_dir)],
         env=child_env(),
-        cwd=str(REPO),
+        cwd=str(PACKAGE_ROOT),
     )
     return Client(params, mode=mode)  # type: ignore[arg-type]
 

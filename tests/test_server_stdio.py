@@ -14,7 +14,7 @@ import pytest
 
 from e2e_helpers import (
     ANSWER_TIMEOUT,
-    REPO,
+    PACKAGE_ROOT,
     TOOL_NAMES,
     RawStdioServer,
     assert_error,
@@ -133,7 +133,7 @@ def test_second_server_on_the_same_directory_is_busy(raw: RawStdioServer, tmp_pa
         stdin=subprocess.PIPE,
         capture_output=True,
         env=child_env(),
-        cwd=REPO,
+        cwd=PACKAGE_ROOT,
         timeout=ANSWER_TIMEOUT,
     )
     assert done.returncode != 0
@@ -151,7 +151,7 @@ def test_terminal_start_explains_itself_on_stderr(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=child_env(),
-            cwd=REPO,
+            cwd=PACKAGE_ROOT,
         )
         os.close(terminal)
         terminal = -1
