@@ -17,7 +17,7 @@ except ImportError as exc:  # pragma: no cover - build-time guard
 
 DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
 CORE = Path("convmem") / "_core"
-MODULES = ["codec", "tokenizer", "index"]
+MODULES = ["codec", "tokenizer", "index", "idmap"]
 
 directives = {
     "language_level": 3,

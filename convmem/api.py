@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from . import validation as v
-from ._core import codec, index as core_index, tokenizer as tok
+from ._core import codec, idmap, index as core_index, tokenizer as tok
 from .errors import CONFLICT, CORRUPT_STORE, IO_ERROR, NOT_FOUND, ConvMemError, INTERNAL_ERROR
 from .index.columns import Column
 from .index.relations import RelationIndex
@@ -98,7 +98,7 @@ class MemoryStore:
         self._slot_doc = Column("i4")  # current version's doc, -1 when deleted
         self._slot_session = Column("i4")
         self._slot_ts = Column("i8")
-        self._ids: dict[bytes, int] = {}
+        self._ids = idmap.IdMap()  # 16-byte id -> slot
         # Per stored version ("doc", the search index's document number).
         self._doc_offset = Column("i8")
         self._doc_len = Column("u4")
@@ -288,8 +288,7 @@ class MemoryStore:
         self._doc_slot = Column.from_array(arrays["doc_slot"])
         self._doc_kind = Column.from_array(arrays["doc_kind"])
         self._doc_flags = Column.from_array(arrays["doc_flags"])
-        ulids = self._slot_ulid.view()
-        self._ids = {ulids[i].tobytes(): i for i in range(len(ulids))}
+        self._ids = idmap.IdMap.from_column(self._slot_ulid.view())
         names = meta["sessions"]
         hist_off, hist_ts, hist_slots = arrays["hist_off"], arrays["hist_ts"], arrays["hist_slots"]
         kinds = arrays["kind_counts"]
@@ -1045,7 +1044,6 @@ class MemoryStore:
         self._log.close()
         self._log = LogFile(self.directory / LOG_NAME, fd, log_id, base, pos, io)
         self._load_state(meta, arrays)
-        self._index = new_ix
         self._records_since_snapshot = 0
         self.last_error = ""
         records_after = n_live
@@ -1074,7 +1072,12 @@ class MemoryStore:
         doc_kind[new_docs] = self._doc_kind.data[old_docs]
         doc_flags = np.zeros(n, dtype=np.uint8)
         doc_flags[new_docs] = self._doc_flags.data[old_docs]
-        sessions = self._sessions.by_num
+        # Sessions without live messages are dropped (their ids belong to deleted messages);
+        # the others are renumbered densely, in the index's doc columns too.
+        sessions = [s for s in self._sessions.by_num if s.n]
+        session_map = np.full(max(1, len(self._sessions.by_num)), -1, dtype=np.int64)
+        for i, s in enumerate(sessions):
+            session_map[s.num] = i
         hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
         ts_parts, slot_parts = [], []
         for i, s in enumerate(sessions):
@@ -1099,7 +1102,7 @@ class MemoryStore:
         arrays = {
             "slot_ulid": self._slot_ulid.data[live_slots],
             "slot_doc": new_docs.astype(np.int32),
-            "slot_session": self._slot_session.data[live_slots],
+            "slot_session": session_map[self._slot_session.data[live_slots]].astype(np.int32),
             "slot_ts": self._slot_ts.data[live_slots],
             "doc_offset": doc_offset,
             "doc_len": doc_len,
@@ -1116,6 +1119,8 @@ class MemoryStore:
         }
         new_ix.merge_segments()
         for name, arr in new_ix.to_arrays().items():
+            if name == "doc_session":
+                arr = session_map[arr].astype(arr.dtype)
             arrays["ix." + name] = arr
         return meta, arrays
 
@@ -1127,7 +1132,7 @@ class MemoryStore:
             entries = (self._slot_ulid.nbytes + self._slot_doc.nbytes + self._slot_session.nbytes
                        + self._slot_ts.nbytes + self._doc_offset.nbytes + self._doc_len.nbytes
                        + self._doc_slot.nbytes + self._doc_kind.nbytes + self._doc_flags.nbytes
-                       + _dict_bytes(len(self._ids)))
+                       + self._ids.nbytes)
             mem = {
                 "store_entries_bytes": entries,
                 "body_bytes": 0,
@@ -1275,8 +1280,3 @@ class MemoryStore:
                 "revision": m["revision"],
                 "updated_at": m["updated_at"],
             }
-
-
-def _dict_bytes(n: int) -> int:
-    """A dict of n 16-byte keys to small ints: table slots, key objects and int objects."""
-    return n * (49 + 28 + 24) + (n * 3 // 2) * 8

@@ -12,13 +12,14 @@ PURE = os.environ.get("CONVMEM_PURE", "") not in ("", "0")
 
 if PURE:
     from . import pycodec as codec
+    from . import pyidmap as idmap
     from . import pyindex as index
     from . import pytokenizer as tokenizer
 
     CORE_KIND = "pure-python"
 else:
-    from . import codec, index, tokenizer  # type: ignore[no-redef]
+    from . import codec, idmap, index, tokenizer  # type: ignore[no-redef]
 
     CORE_KIND = "compiled"
 
-__all__ = ["codec", "tokenizer", "index", "CORE_KIND", "PURE"]
+__all__ = ["codec", "idmap", "tokenizer", "index", "CORE_KIND", "PURE"]
