@@ -1,0 +1,185 @@
+"""How close is get_system_health()["memory_estimate"] to what tracemalloc sees?
+
+For each corpus size, a fresh subprocess starts tracemalloc after its imports, then either imports
+the corpus into a new store ("import") or opens that store again from its snapshot and log
+("reopen"). It collects garbage, takes a snapshot and compares, per category and in total,
+memory_estimate against the bytes tracemalloc traced, as the ratio estimate / traced.
+
+Attributing traced bytes to the estimate's categories: each allocation's traceback (up to 24
+frames) is searched for convmem frames:
+- a frame in convmem/index/sessions.py -> history_index_bytes,
+- a frame in convmem/index/relations.py -> relation_index_bytes,
+- a frame on a line of convmem/api.py that calls the compiled search index (`self._index.*`,
+  `core_index.*`, `new_ix.*`; compiled code has no frames of its own, so its allocations show up
+  on the calling line) -> "index" = metadata_bytes + search_index_bytes (the index reports its
+  document columns as metadata and its postings/terms as search index; tracemalloc cannot split
+  one call into the two),
+- any other frame in convmem/ -> store_entries_bytes (slot/doc columns, the id dict), unless it is
+  the log/snapshot I/O code (convmem/store/), which is reported as "store_io" (not estimated),
+- no convmem frame at all -> "outside" (interpreter, test harness; reported, not compared).
+Bodies are not held in memory by the store (body_bytes is 0), so they have no category here.
+
+    python benchmarks/memory_accuracy.py --sizes 10000,100000
+Writes benchmarks/results/memory_accuracy.json.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (str(ROOT), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import corpus  # noqa: E402
+from compare_fts5 import RESULTS_DIR, machine_info  # noqa: E402
+
+API_FILE = ROOT / "convmem" / "api.py"
+INDEX_CALL_PREFIXES = ("self._index.", "core_index.", "new_ix.")
+CATEGORIES = ("store_entries_bytes", "history_index_bytes", "relation_index_bytes", "index")
+
+
+def index_call_lines(path: Path = API_FILE) -> set[int]:
+    """Line numbers of api.py that lie inside a call into the compiled search index."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = ast.unparse(node.func)
+            if func.startswith(INDEX_CALL_PREFIXES):
+                lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
+    return lines
+
+
+def classify(frames: list[tuple[str, int]], index_lines: set[int]) -> str:
+    """The estimate category of one allocation, from its traceback (innermost frame first)."""
+    convmem_frames = [(f.replace("\\", "/"), n) for f, n in frames if "/convmem/" in f.replace("\\", "/")]
+    if not convmem_frames:
+        return "outside"
+    for f, _ in convmem_frames:
+        if f.endswith("convmem/index/sessions.py"):
+            return "history_index_bytes"
+        if f.endswith("convmem/index/relations.py"):
+            return "relation_index_bytes"
+    for f, n in convmem_frames:
+        if f.endswith("convmem/api.py") and n in index_lines:
+            return "index"
+    if any("/convmem/store/" in f for f, _ in convmem_frames[:1]):
+        return "store_io"
+    return "store_entries_bytes"
+
+
+def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
+    """Run in a fresh interpreter: trace one phase, compare the estimate with traced bytes."""
+    from convmem import MemoryStore
+
+    index_lines = index_call_lines()
+    if phase == "import":
+        shutil.rmtree(store_dir, ignore_errors=True)
+    gc.collect()
+    tracemalloc.start(24)
+    t0 = time.perf_counter()
+    store = MemoryStore.open(store_dir)
+    if phase == "import":
+        store.import_messages(corpus.read_corpus(corpus_file), batch_size=1000)
+    elapsed = time.perf_counter() - t0
+    gc.collect()
+    snap = tracemalloc.take_snapshot()
+    traced_current, traced_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    health = store.get_system_health()
+    est = health["memory_estimate"]
+    traced = dict.fromkeys((*CATEGORIES, "store_io", "outside"), 0)
+    for trace in snap.traces:
+        frames = [(fr.filename, fr.lineno) for fr in trace.traceback]
+        traced[classify(frames, index_lines)] += trace.size
+    estimate = {
+        "store_entries_bytes": est["store_entries_bytes"],
+        "history_index_bytes": est["history_index_bytes"],
+        "relation_index_bytes": est["relation_index_bytes"],
+        "index": est["metadata_bytes"] + est["search_index_bytes"],
+    }
+    convmem_traced = sum(traced[c] for c in (*CATEGORIES, "store_io"))
+    out = {
+        "phase": phase, "seconds_under_tracemalloc": elapsed,
+        "active_messages": health["active_messages"], "memory_estimate": est,
+        "traced_by_category": traced, "traced_current": traced_current, "traced_peak": traced_peak,
+        "ratio_estimate_over_traced": {
+            c: (estimate[c] / traced[c] if traced[c] else None) for c in CATEGORIES},
+    }
+    out["ratio_estimate_over_traced"]["total_vs_convmem_attributed"] = est["total_bytes"] / convmem_traced
+    out["ratio_estimate_over_traced"]["total_vs_all_traced"] = est["total_bytes"] / traced_current
+    store.close()
+    return out
+
+
+def run_phase(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, __file__, "_measure", phase, str(corpus_file), str(store_dir)],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"memory_accuracy {phase} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def print_result(size: int, r: dict[str, Any]) -> None:
+    print(f"\n== {size:,} messages, {r['phase']} ({r['seconds_under_tracemalloc']:.1f} s under tracemalloc) ==")
+    est = r["memory_estimate"]
+    est_cat = {"store_entries_bytes": est["store_entries_bytes"],
+               "history_index_bytes": est["history_index_bytes"],
+               "relation_index_bytes": est["relation_index_bytes"],
+               "index": est["metadata_bytes"] + est["search_index_bytes"]}
+    print(f"{'category':<34}{'estimate MB':>13}{'traced MB':>13}{'est/traced':>12}")
+    for c in CATEGORIES:
+        ratio = r["ratio_estimate_over_traced"][c]
+        print(f"{c:<34}{est_cat[c] / 1e6:>13.2f}{r['traced_by_category'][c] / 1e6:>13.2f}"
+              f"{(f'{ratio:.3f}' if ratio is not None else '-'):>12}")
+    for c in ("store_io", "outside"):
+        print(f"{c + ' (not estimated)':<34}{'':>13}{r['traced_by_category'][c] / 1e6:>13.2f}")
+    ratios = r["ratio_estimate_over_traced"]
+    print(f"{'total: estimate / convmem-traced':<34}{est['total_bytes'] / 1e6:>13.2f}"
+          f"{sum(r['traced_by_category'][c] for c in (*CATEGORIES, 'store_io')) / 1e6:>13.2f}"
+          f"{ratios['total_vs_convmem_attributed']:>12.3f}")
+    print(f"{'total: estimate / all traced':<34}{est['total_bytes'] / 1e6:>13.2f}"
+          f"{r['traced_current'] / 1e6:>13.2f}{ratios['total_vs_all_traced']:>12.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["_measure"]:
+        print(json.dumps(measure(argv[1], Path(argv[2]), Path(argv[3]))))
+        return 0
+    p = argparse.ArgumentParser(description="memory_estimate against tracemalloc")
+    p.add_argument("--sizes", default="10000,100000")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workdir", default=str(corpus.DATA_DIR / "stores"))
+    p.add_argument("--results", default=str(RESULTS_DIR / "memory_accuracy.json"))
+    args = p.parse_args(argv)
+    results: dict[str, Any] = {"machine": machine_info(), "sizes": {}}
+    for size in (int(s) for s in args.sizes.split(",") if s):
+        corpus_file = corpus.ensure_corpus(size, args.seed)
+        store_dir = Path(args.workdir) / f"memacc-{size}-s{args.seed}"
+        per: dict[str, Any] = {}
+        for phase in ("import", "reopen"):
+            per[phase] = run_phase(phase, corpus_file, store_dir)
+            print_result(size, per[phase])
+        results["sizes"][str(size)] = per
+        shutil.rmtree(store_dir, ignore_errors=True)
+    out = Path(args.results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

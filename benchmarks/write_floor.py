@@ -1,0 +1,115 @@
+"""write_message latency against the durability floor of the same filesystem.
+
+The floor is a bare 1 KiB append to a file followed by os.fdatasync, the least a durable write can
+cost. convmem's write_message (in-process, 1 KiB of content, small metadata) appends its record,
+fdatasyncs, then updates its in-memory indexes. Both run in the same process, in the same
+directory, interleaved one by one after a warm-up, so that they see the same disk and the same
+noise. Reported: median, p99 and mean of each, and convmem minus floor in microseconds.
+
+    python benchmarks/write_floor.py --count 2000 [--dir benchmarks/data/write_floor]
+Writes benchmarks/results/write_floor.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+for p in (str(ROOT), str(HERE)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import corpus  # noqa: E402
+from compare_fts5 import RESULTS_DIR, machine_info  # noqa: E402
+
+PAYLOAD_BYTES = 1024
+METADATA_JSON = json.dumps({"tags": ["project"], "memory_kind": "semantic", "importance": 70})
+
+
+def one_kib_texts(n: int, seed: int) -> list[str]:
+    """n distinct ASCII texts of exactly 1024 bytes from the corpus vocabulary."""
+    rng = np.random.default_rng(seed)
+    texts = corpus.vocab().english_texts(rng, [260] * n)
+    return [(t + " " + t)[:PAYLOAD_BYTES].encode("ascii", "replace").decode("ascii") for t in texts]
+
+
+def stats_us(samples: list[float]) -> dict[str, float]:
+    a = np.asarray(samples) * 1e6
+    return {"median": float(np.median(a)), "p99": float(np.percentile(a, 99)), "mean": float(a.mean()),
+            "min": float(a.min())}
+
+
+def run(count: int, warmup: int, directory: Path, seed: int) -> dict[str, Any]:
+    from convmem import MemoryStore
+
+    if directory.exists():
+        shutil.rmtree(directory)
+    directory.mkdir(parents=True)
+    texts = one_kib_texts(count + warmup, seed)
+    block = os.urandom(PAYLOAD_BYTES)
+    fd = os.open(directory / "floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    store = MemoryStore.open(directory / "store")
+    floor: list[float] = []
+    conv: list[float] = []
+    clock = time.perf_counter
+    try:
+        for i in range(count + warmup):
+            t0 = clock()
+            os.write(fd, block)
+            os.fdatasync(fd)
+            t1 = clock()
+            res = store.write_message(session_id=f"bench-{i // 100}", role="user" if i % 2 else "assistant",
+                                      content=texts[i], metadata_json=METADATA_JSON)
+            t2 = clock()
+            if res.get("status") != "OK":
+                raise RuntimeError(f"write_message failed: {res}")
+            if i >= warmup:
+                floor.append(t1 - t0)
+                conv.append(t2 - t1)
+        log_bytes = store.get_system_health()["log_size"]
+    finally:
+        store.close()
+        os.close(fd)
+    f, c = stats_us(floor), stats_us(conv)
+    shutil.rmtree(directory, ignore_errors=True)
+    return {"count": count, "payload_bytes": PAYLOAD_BYTES, "directory": str(directory),
+            "fdatasync_floor_us": f, "write_message_us": c,
+            "difference_us": {"median": c["median"] - f["median"], "p99": c["p99"] - f["p99"],
+                              "mean": c["mean"] - f["mean"]},
+            "convmem_log_bytes_per_write": log_bytes / (count + warmup),
+            "machine": machine_info()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="write_message latency against append + fdatasync")
+    p.add_argument("--count", type=int, default=2000)
+    p.add_argument("--warmup", type=int, default=50)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--dir", default=str(corpus.DATA_DIR / "write_floor"))
+    p.add_argument("--results", default=str(RESULTS_DIR / "write_floor.json"))
+    args = p.parse_args(argv)
+    r = run(args.count, args.warmup, Path(args.dir), args.seed)
+    f, c, d = r["fdatasync_floor_us"], r["write_message_us"], r["difference_us"]
+    print(f"{r['count']} writes of {PAYLOAD_BYTES} B in {r['directory']} "
+          f"(convmem log grows {r['convmem_log_bytes_per_write']:.0f} B per write)")
+    print(f"{'':<30}{'median us':>12}{'p99 us':>12}{'mean us':>12}")
+    print(f"{'append + fdatasync (floor)':<30}{f['median']:>12.1f}{f['p99']:>12.1f}{f['mean']:>12.1f}")
+    print(f"{'convmem write_message':<30}{c['median']:>12.1f}{c['p99']:>12.1f}{c['mean']:>12.1f}")
+    print(f"{'difference':<30}{d['median']:>12.1f}{d['p99']:>12.1f}{d['mean']:>12.1f}")
+    out = Path(args.results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
