@@ -7,6 +7,7 @@ integers, and None means "not given".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import re
 from typing import Any
 
 import orjson
@@ -31,7 +32,8 @@ MAX_SOURCES = 64
 MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
+_CROCKFORD_TO_B32 = str.maketrans(_CROCKFORD, "0123456789ABCDEFGHIJKLMNOPQRSTUV")
+_ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 
 
 def fail(message: str) -> ConvMemError:
@@ -79,15 +81,10 @@ def ulid(name: str, value: Any) -> bytes:
     """A canonical (upper-case) 26-character ULID, returned as its 16 bytes."""
     if not isinstance(value, str):
         raise fail(f"{name} must be a string holding a 26-character ULID")
-    if len(value) != 26 or value[0] > "7":
+    if not _ULID_RE.fullmatch(value):
         raise fail(f"{name} must be a canonical 26-character ULID")
-    n = 0
-    for ch in value:
-        d = _DECODE.get(ch)
-        if d is None:
-            raise fail(f"{name} must be a canonical 26-character ULID")
-        n = (n << 5) | d
-    return n.to_bytes(16, "big")
+    # Crockford's digits mapped onto int()'s base-32 digits (0-9, A-V).
+    return int(value.translate(_CROCKFORD_TO_B32), 32).to_bytes(16, "big")
 
 
 def ulid_str(data: bytes) -> str:
