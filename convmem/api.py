@@ -37,6 +37,7 @@ log = logging.getLogger("convmem")
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB, keeping room for the envelope
 CONTEXT_MESSAGE_CAP = 50
 SNAPSHOT_EVERY_RECORDS = 50_000
+VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
 COMPACT_NAME = "messages.log.compact"
 FLAG_HAS_SUMMARY = 1
@@ -47,6 +48,20 @@ Record = tuple  # decoded MESSAGE payload: see codec.decode_message
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _find_damage(mm: Any, end: int) -> list[tuple[int, int, str]]:
+    """(start, end, reason) of each damaged stretch of log[header:end]."""
+    found = []
+    pos = codec.LOG_HEADER_SIZE
+    while pos < end:
+        res = codec.scan_log(mm, pos, end)
+        if res.error is None:
+            break
+        nxt = res.resync if res.resync >= 0 else end
+        found.append((res.stop, nxt, res.error))
+        pos = nxt
+    return found
 
 
 class MemoryStore:
@@ -78,6 +93,9 @@ class MemoryStore:
         self.close()
 
     def close(self) -> None:
+        if self._verifier is not None:
+            self._verifier.join()
+            self._verifier = None
         with self._mutex:
             if self._log is None:
                 return
@@ -120,6 +138,7 @@ class MemoryStore:
         return self._slot_ulid.data[slot].tobytes()
 
     def _open(self) -> None:
+        self._verifier: threading.Thread | None = None
         self._io = IoCounters()
         self.recovered_tail = False
         self.snapshot_valid = True
@@ -377,23 +396,39 @@ class MemoryStore:
             self.last_error = msg
 
     def _verify_covered(self, end: int) -> None:
-        """Check every checksum in the part of the log that the snapshot stood in for."""
+        """Check every checksum in the part of the log that the snapshot stood in for.
+
+        Reads verify their record's checksum anyway, so nothing damaged is ever served; this
+        pass finds damage early and reports it in health. A large log is checked in a
+        background thread (the scan runs without the GIL) so that opening stays fast.
+        """
         mm = self._log.map()
         if mm is None:
             return
-        try:
-            pos = codec.LOG_HEADER_SIZE
-            while pos < end:
-                res = codec.scan_log(mm, pos, end)
-                if res.error is None:
-                    break
-                stop = res.stop
-                nxt = res.resync if res.resync >= 0 else end
-                self._damage(stop, res.error, nxt - stop)
-                self._drop_damaged_docs(stop, nxt)
-                pos = nxt
-        finally:
-            mm.close()
+        if end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+            try:
+                self._apply_damage(_find_damage(mm, end))
+            finally:
+                mm.close()
+            return
+        log_id = self._log.log_id
+
+        def verify() -> None:
+            try:
+                damage = _find_damage(mm, end)
+            finally:
+                mm.close()
+            with self._mutex:
+                if self._log is not None and self._log.log_id == log_id:
+                    self._apply_damage(damage)
+
+        self._verifier = threading.Thread(target=verify, name="convmem-verify", daemon=True)
+        self._verifier.start()
+
+    def _apply_damage(self, damage: list[tuple[int, int, str]]) -> None:
+        for start, end, reason in damage:
+            self._damage(start, reason, end - start)
+            self._drop_damaged_docs(start, end)
 
     def _drop_damaged_docs(self, start: int, end: int) -> None:
         """Messages whose current version lies in damaged bytes can no longer be served."""

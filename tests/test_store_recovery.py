@@ -234,3 +234,22 @@ def test_second_process_gets_busy_with_pid(tmp_path):
     # Released on close: a new holder can open it.
     with MemoryStore.open(tmp_path) as s:
         assert s.get_system_health()["status"] == "OK"
+
+
+def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeypatch):
+    import convmem.api
+
+    monkeypatch.setattr(convmem.api, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    make_store(tmp_path, keep_snapshot=True)
+    off, length = records(tmp_path)[1]
+    data = (tmp_path / LOG).read_bytes()
+    patch(tmp_path, off + length - 3, bytes([data[off + length - 3] ^ 0x55]))
+    s = MemoryStore.open(tmp_path)
+    try:
+        assert s._verifier is not None
+        s._verifier.join(timeout=30)
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED" and f"byte offset {off}" in h["last_error"]
+        assert live_contents(s) == ["message number 0", "message number 2"]
+    finally:
+        s.close()
