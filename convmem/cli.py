@@ -63,9 +63,9 @@ def _open_store(data_dir: Path) -> Any:
         _fail(f"{exc.code}: cannot open {data_dir}: {exc.message}")
 
 
-def _write_json(payload: Any, indent: bool = True) -> None:
+def _write_json(payload: Any) -> None:
     out = sys.stdout.buffer
-    out.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2 if indent else 0))
+    out.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2))
     out.write(b"\n")
     out.flush()
 
@@ -99,11 +99,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             from convmem.server import serve_http
 
             def announce(url: str) -> None:
-                scopes = "bearer tokens required" if tokens else "no authentication (loopback only)"
+                scopes = "bearer tokens required" if tokens else "no tokens, loopback only"
                 sys.stderr.write(f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n")
                 sys.stderr.flush()
 
-            serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce)
+            try:
+                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce)
+            except OSError as exc:  # mostly: the port is taken or the address is not ours
+                _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
         else:
             interrupted = _serve_stdio(store, __version__, data_dir)
     finally:
@@ -261,8 +264,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.data_dir is None:
-        args.data_dir = default_data_dir()
+    # Absolute, so the banner and the host configuration it prints name the real place.
+    args.data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
