@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 
 from . import validation as v
-from ._core import codec, idmap, index as core_index, tokenizer as tok
+from ._core import PURE as _PURE_CORE, codec, idmap, index as core_index, tokenizer as tok
 from .errors import CONFLICT, CORRUPT_STORE, IO_ERROR, NOT_FOUND, ConvMemError, INTERNAL_ERROR
 from .index.columns import Column
 from .index.relations import RelationIndex
@@ -215,6 +215,7 @@ class MemoryStore:
         }
         arrays = {
             "slot_ulid": self._slot_ulid.view(),
+            "id_table": self._ids.to_array(),
             "slot_doc": self._slot_doc.view(),
             "slot_session": self._slot_session.view(),
             "slot_ts": self._slot_ts.view(),
@@ -307,7 +308,12 @@ class MemoryStore:
         self._doc_slot = Column.from_array(arrays["doc_slot"])
         self._doc_kind = Column.from_array(arrays["doc_kind"])
         self._doc_flags = Column.from_array(arrays["doc_flags"])
-        self._ids = idmap.IdMap.from_column(self._slot_ulid.view())
+        if "id_table" in arrays and not _PURE_CORE:
+            self._ids = idmap.IdMap.from_array(arrays["id_table"])
+            if len(self._ids) != self._slot_ulid.n:
+                raise SnapshotError("snapshot id table does not match its id column")
+        else:
+            self._ids = idmap.IdMap.from_column(self._slot_ulid.view())
         names = meta["sessions"]
         hist_off, hist_ts, hist_slots = arrays["hist_off"], arrays["hist_ts"], arrays["hist_slots"]
         kinds = arrays["kind_counts"]

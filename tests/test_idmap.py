@@ -57,3 +57,18 @@ def test_nbytes_counts_capacity():
     for _ in range(5000):
         m[os.urandom(16)] = 1
     assert m.nbytes > before and m.nbytes >= 5000 * 2 * 24
+
+
+def test_table_round_trip():
+    m = compiled.IdMap()
+    keys = [os.urandom(16) for _ in range(3000)]
+    for i, k in enumerate(keys):
+        m[k] = i
+    table = m.to_array()
+    table.flags.writeable = False  # as a snapshot's read-only view
+    r = compiled.IdMap.from_array(table)
+    assert len(r) == 3000 and all(r.get(k) == i for i, k in enumerate(keys))
+    r[os.urandom(16)] = 7  # the restored map stays writable
+    assert len(r) == 3001 and len(m) == 3000
+    with pytest.raises(ValueError):
+        compiled.IdMap.from_array(np.zeros((10, 3), dtype=np.uint64))

@@ -138,6 +138,30 @@ cdef class IdMap:
                 m.table[i].value = r
         return m
 
+    def to_array(self):
+        """The table itself as an (capacity, 3) uint64 array (hi, lo, value), for snapshots."""
+        out = np.empty((self.capacity, 3), dtype=np.uint64)
+        cdef uint64_t[:, ::1] view = out
+        if self.capacity:
+            memcpy(&view[0, 0], self.table, self.capacity * sizeof(IdSlot))
+        return out
+
+    @classmethod
+    def from_array(cls, const uint64_t[:, ::1] table not None):
+        """Restore a table saved by to_array (copied: the map must stay writable)."""
+        cdef Py_ssize_t cap = table.shape[0], i, count = 0
+        if table.shape[1] != 3 or cap < 16 or (cap & (cap - 1)) != 0:
+            raise ValueError("not an IdMap table")
+        cdef IdMap m = cls(cap // 2)
+        if m.capacity != cap:
+            raise ValueError("not an IdMap table")
+        memcpy(m.table, &table[0, 0], cap * sizeof(IdSlot))
+        for i in range(cap):
+            if m.table[i].value >= 0:
+                count += 1
+        m.count = count
+        return m
+
     @property
     def nbytes(self):
         return self.capacity * sizeof(IdSlot)

@@ -37,6 +37,20 @@ class IdMap:
             m._d[ids[i].tobytes()] = i
         return m
 
+    def to_array(self) -> np.ndarray:
+        """(n, 3) uint64 rows (hi, lo, value): the same information as the compiled table."""
+        rows = [(int.from_bytes(k[:8], "big"), int.from_bytes(k[8:], "big"), v)
+                for k, v in self._d.items()]
+        return np.array(rows, dtype=np.uint64).reshape(-1, 3)
+
+    @classmethod
+    def from_array(cls, table: np.ndarray) -> "IdMap":
+        m = cls()
+        for hi, lo, value in table.tolist():
+            if value < (1 << 63):  # the compiled table marks empty slots with -1
+                m._d[hi.to_bytes(8, "big") + lo.to_bytes(8, "big")] = value
+        return m
+
     @property
     def nbytes(self) -> int:
         return len(self._d) * 101 + 64
