@@ -109,6 +109,13 @@ class MemoryStore:
                 self._log = None  # type: ignore[assignment]
                 self._dirlock.release()
 
+    def checkpoint(self) -> None:
+        """Write a snapshot now (after a bulk import, so that the next open replays nothing)."""
+        with self._mutex:
+            self._check_open()
+            if self._records_since_snapshot:
+                self._write_snapshot()
+
     # -- state ---------------------------------------------------------------------------
     def _reset_state(self) -> None:
         # Per message ("slot", in creation order).
@@ -541,7 +548,10 @@ class MemoryStore:
         return offsets
 
     def _after_write(self) -> None:
-        if self._records_since_snapshot >= SNAPSHOT_EVERY_RECORDS:
+        # A snapshot bounds the replay at the next open; its cost grows with the store, so the
+        # interval grows too (replay after a crash stays under a quarter of the store).
+        due = max(SNAPSHOT_EVERY_RECORDS, self._index.n_docs // 4)
+        if self._records_since_snapshot >= due:
             try:
                 self._write_snapshot()
             except ConvMemError as exc:
@@ -1219,6 +1229,7 @@ class MemoryStore:
                 batch = []
         if batch:
             total += self._import_strict(batch)
+        self.checkpoint()
         return total
 
     def _import_strict(self, batch: list[dict[str, Any]]) -> int:
