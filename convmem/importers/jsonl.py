@@ -7,6 +7,7 @@ revisions and metadata.
 """
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ KNOWN_FIELDS = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
 BATCH_SIZE = 1000
 BATCH_BYTES = 32 * 1024 * 1024  # also cut a batch early so 1 MiB messages do not pile up in memory
 _SHOWABLE_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+logger = logging.getLogger(__name__)
 _BOM = b"\xef\xbb\xbf"
 
 
@@ -149,6 +151,12 @@ def import_jsonl(store: Any, lines: Iterable[bytes], progress: ProgressBar | Non
             continue
         batcher.add(number, item, len(raw))
     batcher.flush()
+    if summary.imported:
+        # A snapshot now means the next open of a freshly imported store replays nothing.
+        try:
+            store.checkpoint()
+        except ConvMemError as exc:
+            logger.warning("snapshot after import failed: %s", exc.message)
     if progress is not None:
         progress.update(done_bytes, number, force=True)
         progress.close()
