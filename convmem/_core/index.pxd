@@ -1,0 +1,165 @@
+# C-level contract of convmem._core.index: term dictionary, postings segments, BM25F scoring.
+# Scoring: docs/SCORING.md. Structures: the docstring of index.pyx.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+
+cdef enum:
+    IX_ARRAYS_FORMAT = 1
+    IX_TF_CAP = 255
+    IX_ULID = 16
+    IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, bits 3-4 tier
+    IX_TABLE_MIN = 1024     # smallest term hash table (slots)
+    IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
+    IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
+    IX_PRUNE_MIN = 20000    # below this many postings a query is scored exhaustively
+
+
+# A growable array owned through PyMem_*, or borrowed from a numpy array (copy-on-write): `owned`
+# is false while `data` points into memory someone else holds (e.g. an mmap'd snapshot).
+cdef struct GArr:
+    char* data
+    int64_t len        # elements in use
+    int64_t cap        # elements allocated (or borrowed)
+    int64_t itemsize
+    bint owned
+
+
+# The postings of one field in one segment (CSR): terms[i] has the postings
+# docs/tfs[offsets[i]:offsets[i+1]], doc ids ascending. Memory is held by numpy arrays.
+cdef struct FieldPostings:
+    const uint32_t* terms
+    const int64_t* offsets
+    const uint32_t* docs
+    const uint8_t* tfs
+    int64_t n_terms
+    int64_t n_postings
+
+
+# A segment covers docs [doc_lo, doc_hi), the three fields together.
+cdef struct SegView:
+    uint32_t doc_lo
+    uint32_t doc_hi
+    int64_t n_dead
+    FieldPostings f[3]
+
+
+# One posting list of one query term in one segment and field.
+cdef struct PList:
+    const uint32_t* docs
+    const uint8_t* tfs
+    int64_t n
+    int32_t seg
+    int32_t field
+
+
+# One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
+# plists[list_lo:list_hi].
+cdef struct Group:
+    uint64_t key
+    double idf
+    int64_t df
+    int64_t key_lo
+    int64_t key_hi
+    int64_t list_lo
+    int64_t list_hi
+    int64_t n_postings
+
+
+# A top-k heap entry: `i` indexes the exact breakdown of the pruned scorer.
+cdef struct HeapItem:
+    double s
+    uint32_t d
+    uint32_t i
+
+
+# Everything the nogil scoring loops read: statistics, doc columns, filters, scratch.
+cdef struct Query:
+    double k1
+    double w[3]
+    double b[3]
+    double avgdl[3]
+    int64_t n_live
+    # doc columns
+    const uint8_t* meta
+    const uint8_t* imp
+    const int64_t* sess
+    const int64_t* ts
+    const uint8_t* ulid
+    const uint32_t* lens
+    const int64_t* tag_off
+    const uint64_t* tag_val
+    # filters
+    uint8_t okmeta[256]
+    bint extra              # session, importance or tag filters are active
+    int64_t session
+    int32_t min_imp
+    const uint64_t* tags
+    int64_t n_tags
+    # buffer chains
+    const uint32_t* b_doc
+    const uint8_t* b_tf
+    const uint8_t* b_field
+    const int32_t* b_next
+    const int32_t* head
+    uint32_t buf_lo
+    const SegView* views
+    int64_t n_views
+    # scratch
+    uint32_t* tfacc         # per doc: the group's tf per field in bytes 0, 1, 2 (0 = untouched)
+    uint32_t* mark          # == epoch: the doc was touched by this query (and is a candidate)
+    uint32_t* gmark         # df counting of multi-key groups
+    double* acc             # 3 per doc: breakdown (exhaustive), acc[3d] = partial score (pruned)
+    uint32_t* gt            # docs touched by the current group
+    uint32_t* qt            # docs touched by the query (the candidates)
+    uint32_t epoch
+    uint32_t gepoch
+
+
+cdef class _Segment:
+    cdef SegView v
+    cdef list arrays        # numpy arrays that hold the memory, 4 per field
+
+
+cdef class SearchIndex:
+    cdef double _k1
+    cdef double _w[3]
+    cdef double _b[3]
+    cdef int64_t _n_docs
+    cdef int64_t _n_live
+    cdef int64_t _sum_len[3]
+    # term dictionary
+    cdef GArr _t_keys       # uint64 by term id
+    cdef GArr _t_df         # uint32 live docs per term (any field)
+    cdef GArr _t_table      # uint32 slots: term id + 1, 0 = empty
+    cdef GArr _t_head       # int32 first buffer posting of the term, -1 = none (lazy)
+    # doc columns
+    cdef GArr _meta, _imp, _sess, _ts, _ulid, _lens
+    cdef GArr _tag_off, _tag_val, _fwd_off, _fwd
+    # segments (list of _Segment, doc ranges ascending) and their views for nogil code
+    cdef list _segs
+    cdef SegView* _views
+    cdef int64_t _n_views
+    # buffer of new docs
+    cdef GArr _b_doc, _b_tf, _b_field, _b_next, _b_terms
+    cdef uint32_t _buf_lo
+    cdef int64_t _buf_dead
+    # per-add scratch and per-query scratch
+    cdef GArr _a_keys, _a_tids
+    cdef GArr _s_tfacc, _s_mark, _s_gmark, _s_acc, _s_gt, _s_qt
+    cdef GArr _q_groups, _q_terms, _q_lists, _q_order, _q_rest, _q_heap, _q_fdoc, _q_fbd
+    cdef uint32_t _epoch
+    cdef uint32_t _gepoch
+    cdef list _keep         # arrays whose memory is borrowed (from_arrays)
+    cdef readonly int64_t prune_min     # queries touching fewer postings are scored exhaustively
+    cdef readonly bint last_pruned      # whether the last search used the pruned scorer
+
+    cdef int64_t _term_find(self, uint64_t key) noexcept nogil
+    cdef int64_t _term_add(self, uint64_t key) except -1
+    cdef int _table_rebuild(self, int64_t cap) except -1
+    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1
+    cdef int _flush(self) except -1
+    cdef int _set_segments(self, list segs) except -1
+    cdef int _maybe_merge(self) except -1
+    cdef int _grow_scratch(self) except -1
+    cdef int _prepare(self, Query* q) except -1
+    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1

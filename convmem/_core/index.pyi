@@ -1,0 +1,67 @@
+"""Stubs for the compiled search index (convmem/_core/index.pyx). Scoring: docs/SCORING.md.
+
+The pure-Python twin `convmem._core.pyindex` has exactly this API and gives the same results.
+"""
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+ARRAYS_FORMAT: int  # 1: the layout of to_arrays()
+FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
+
+_Keys = npt.NDArray[np.uint64] | Sequence[int]
+
+class SearchIndex:
+    prune_min: int  # queries touching fewer postings are scored exhaustively
+    last_pruned: bool  # whether the last search used the pruned scorer
+    def __init__(
+        self,
+        k1: float = 1.2,
+        weights: tuple[float, float, float] = (1.0, 1.5, 2.0),
+        b: tuple[float, float, float] = (0.75, 0.75, 0.5),
+    ) -> None: ...
+    @property
+    def n_docs(self) -> int: ...  # doc ids assigned so far: the next add uses doc == n_docs
+    @property
+    def n_live(self) -> int: ...
+    def add(
+        self,
+        doc: int,
+        content_keys: _Keys,
+        summary_keys: _Keys,
+        tag_keys: _Keys,
+        tag_hashes: _Keys,
+        session: int,
+        kind: int,
+        tier: int,
+        importance: int,
+        timestamp: int,
+        ulid: bytes,
+    ) -> None: ...
+    def remove(self, doc: int) -> None: ...  # idempotent; ValueError outside 0..n_docs-1
+    def is_live(self, doc: int) -> bool: ...
+    def search(
+        self,
+        query_keys: _Keys,
+        k: int,
+        session: int = -1,
+        kind_mask: int = 0x3F,
+        tier_mask: int = 0x0F,
+        min_importance: int = 0,
+        tag_hashes: _Keys | None = None,
+        exhaustive: bool = False,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+    def merge_segments(self) -> None: ...
+    def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
+    def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch
+    def to_arrays(self) -> dict[str, np.ndarray]: ...
+    @classmethod
+    def from_arrays(
+        cls,
+        arrays: Mapping[str, np.ndarray],
+        k1: float = 1.2,
+        weights: tuple[float, float, float] = (1.0, 1.5, 2.0),
+        b: tuple[float, float, float] = (0.75, 0.75, 0.5),
+    ) -> SearchIndex: ...
+    def _set_prune_min(self, n: int) -> None: ...

@@ -1,0 +1,1844 @@
+# cython: language_level=3
+"""Compiled search index: term dictionary, postings segments, BM25F with filters, top-k.
+
+Scoring is defined in docs/SCORING.md; `pyindex` is the readable twin and the test oracle.
+
+Structures (all memory through PyMem_* or numpy, so tracemalloc sees it; `nbytes()` sums
+capacities):
+
+- Term dictionary: `_t_keys` (uint64 by term id, ids in order of first appearance), `_t_df` (live
+  docs per term, any field), `_t_table` (open addressing, linear probing over `mix64(key)`, slots
+  hold term id + 1; at most half full).
+- Doc columns (growable arrays): meta byte (live bit, kind, tier), importance, session,
+  timestamp, ulid, three field lengths, tag hashes (CSR) and a forward index (CSR of LEB128 gaps of
+  the doc's sorted unique term ids) that `remove` uses to keep `_t_df` exact.
+- Postings: segments, each covering a contiguous range of doc ids, one CSR per field (sorted term
+  ids, offsets, uint32 doc ids, uint8 tfs) held in numpy arrays. New docs go to a buffer
+  (per-term linked chains of postings) that becomes a segment at IX_BUF_DOCS docs or
+  IX_BUF_POSTINGS postings; the newest segments merge while the older one is not larger (a binary
+  counter: O(log N) segments, each posting copied O(log N) times). Merges drop dead docs.
+- Scoring scratch (persistent, grown with the corpus, reset only where touched): per-doc packed
+  group tfs, a query mark, three breakdown accumulators, touched-doc lists.
+"""
+cimport cython
+cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.math cimport log
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport qsort
+from libc.string cimport memcmp, memcpy, memset
+
+import numpy as np
+
+cnp.import_array()
+
+ARRAYS_FORMAT = IX_ARRAYS_FORMAT
+FIELDS = ("content", "summary", "tags")
+
+cdef double EPS = 1e-9          # relative margin of the pruning bounds (docs/SCORING.md)
+cdef uint32_t NO_DOC = 0xFFFFFFFF
+cdef uint64_t CP_MASK = 0x1FFFFF
+
+
+# ---- growable arrays ---------------------------------------------------------------------------
+
+cdef inline void garr_init(GArr* a, int64_t itemsize) noexcept:
+    a.data = NULL
+    a.len = 0
+    a.cap = 0
+    a.itemsize = itemsize
+    a.owned = True
+
+
+cdef int garr_reserve(GArr* a, int64_t n) except -1:
+    """Make room for `n` elements in owned memory (borrowed memory is copied first)."""
+    cdef int64_t cap
+    cdef char* p
+    if n <= a.cap and a.owned:
+        return 0
+    if n <= a.len:
+        cap = a.len                                   # copy-on-write without growth
+    else:
+        cap = max(n, a.cap + a.cap // 2, 16)
+    if a.owned:
+        p = <char*>PyMem_Realloc(a.data, <size_t>(cap * a.itemsize))
+    else:
+        p = <char*>PyMem_Malloc(<size_t>(cap * a.itemsize))
+        if p != NULL and a.len > 0:
+            memcpy(p, a.data, <size_t>(a.len * a.itemsize))
+    if p == NULL:
+        raise MemoryError()
+    a.data = p
+    a.cap = cap
+    a.owned = True
+    return 0
+
+
+cdef inline int garr_own(GArr* a) except -1:
+    if not a.owned:
+        garr_reserve(a, a.len)
+    return 0
+
+
+cdef void garr_free(GArr* a) noexcept:
+    if a.owned and a.data != NULL:
+        PyMem_Free(a.data)
+    a.data = NULL
+    a.len = 0
+    a.cap = 0
+    a.owned = True
+
+
+cdef inline int64_t garr_bytes(const GArr* a) noexcept:
+    return a.cap * a.itemsize
+
+
+cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
+    """Point at a contiguous numpy array's memory without copying it."""
+    garr_free(a)
+    a.data = <char*>cnp.PyArray_DATA(arr)
+    a.len = arr.nbytes // a.itemsize
+    a.cap = a.len
+    a.owned = False
+    keep.append(arr)
+    return 0
+
+
+cdef int garr_extend(GArr* a, int64_t n, bint zero) except -1:
+    """Grow the length to n (capacity geometrically), zeroing the new elements if asked."""
+    if a.len < n:
+        garr_reserve(a, n)
+        if zero:
+            memset(a.data + a.len * a.itemsize, 0, <size_t>((n - a.len) * a.itemsize))
+        a.len = n
+    return 0
+
+
+cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
+    out = np.empty(shape, dtype=dtype)
+    if a.len > 0:
+        memcpy(cnp.PyArray_DATA(out), a.data, <size_t>(a.len * a.itemsize))
+    return out
+
+
+# ---- small helpers -----------------------------------------------------------------------------
+
+cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL
+    return z ^ (z >> 31)
+
+
+cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0]
+    cdef uint64_t y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
+    cdef uint32_t x = (<const uint32_t*>a)[0]
+    cdef uint32_t y = (<const uint32_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t lower_bound_u32(const uint32_t* a, int64_t lo, int64_t n, uint32_t x) noexcept nogil:
+    """First index in [lo, n) with a[i] >= x (n when none)."""
+    cdef int64_t hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t gallop_u32(const uint32_t* a, int64_t lo, int64_t n, uint32_t x) noexcept nogil:
+    """First index in [lo, n) with a[i] >= x, searching outwards from lo (cheap for near targets)."""
+    cdef int64_t step = 1, hi = lo
+    while hi < n and a[hi] < x:
+        lo = hi + 1
+        hi = lo + step
+        step <<= 1
+    if hi > n:
+        hi = n
+    return lower_bound_u32(a, lo, hi, x)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void radix_sort_u32(uint32_t* a, uint32_t* tmp, int64_t n) noexcept nogil:
+    """Sort ascending: three stable passes of 11 bits (tmp holds n items)."""
+    cdef int64_t count[2048]
+    cdef int64_t i, sum_, c
+    cdef int shift
+    cdef uint32_t* src = a
+    cdef uint32_t* dst = tmp
+    cdef uint32_t* sw
+    if n < 64:
+        qsort(a, <size_t>n, sizeof(uint32_t), _cmp_u32)
+        return
+    for shift in range(0, 33, 11):
+        memset(count, 0, sizeof(count))
+        for i in range(n):
+            count[(src[i] >> shift) & 2047] += 1
+        sum_ = 0
+        for i in range(2048):
+            c = count[i]
+            count[i] = sum_
+            sum_ += c
+        for i in range(n):
+            c = (src[i] >> shift) & 2047
+            dst[count[c]] = src[i]
+            count[c] += 1
+        sw = src
+        src = dst
+        dst = sw
+    if src != a:                                      # three passes: the result is in tmp
+        memcpy(a, src, <size_t>(n * sizeof(uint32_t)))
+
+
+# ---- segments ----------------------------------------------------------------------------------
+
+cdef class _Segment:
+    """One immutable postings segment; `arrays` holds its memory (numpy, maybe a read-only mmap)."""
+
+    def __cinit__(self):
+        self.arrays = []
+
+
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays):
+    """Wrap 12 arrays (terms, offsets, docs, tfs for each field) as a segment."""
+    cdef _Segment s = _Segment.__new__(_Segment)
+    cdef cnp.ndarray terms, offsets, docs, tfs
+    cdef int f
+    s.arrays = arrays
+    s.v.doc_lo = doc_lo
+    s.v.doc_hi = doc_hi
+    s.v.n_dead = 0
+    for f in range(3):
+        terms = arrays[4 * f]
+        offsets = arrays[4 * f + 1]
+        docs = arrays[4 * f + 2]
+        tfs = arrays[4 * f + 3]
+        s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(terms)
+        s.v.f[f].offsets = <const int64_t*>cnp.PyArray_DATA(offsets)
+        s.v.f[f].docs = <const uint32_t*>cnp.PyArray_DATA(docs)
+        s.v.f[f].tfs = <const uint8_t*>cnp.PyArray_DATA(tfs)
+        s.v.f[f].n_terms = terms.shape[0]
+        s.v.f[f].n_postings = docs.shape[0]
+    return s
+
+
+cdef list _empty_field_arrays(int64_t n_terms, int64_t n_postings):
+    return [np.empty(n_terms, dtype=np.uint32), np.zeros(n_terms + 1, dtype=np.int64),
+            np.empty(n_postings, dtype=np.uint32), np.empty(n_postings, dtype=np.uint8)]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta, bint any_dead,
+                       const int64_t* dmap, const int64_t* tmap, int64_t* cur,
+                       uint32_t* o_terms, int64_t* o_off, uint32_t* o_docs, uint8_t* o_tfs,
+                       int64_t* n_terms, int64_t* n_post) noexcept nogil:
+    """k-way merge of one field of segments with ascending doc ranges, dropping dead docs.
+
+    With `o_terms == NULL` only counts. `dmap`/`tmap` (may be NULL) renumber docs/terms; both
+    must be increasing on what is kept, so the output stays sorted.
+    """
+    cdef int64_t s, i, p, lo, hi, nt = 0, npost = 0, cnt
+    cdef uint32_t t, d
+    cdef const FieldPostings* fp
+    for s in range(k):
+        cur[s] = 0
+    if o_off != NULL:
+        o_off[0] = 0
+    while True:
+        t = NO_DOC
+        for s in range(k):
+            fp = &views[s].f[f]
+            if cur[s] < fp.n_terms and fp.terms[cur[s]] < t:
+                t = fp.terms[cur[s]]
+        if t == NO_DOC:
+            break
+        cnt = 0
+        for s in range(k):
+            fp = &views[s].f[f]
+            if cur[s] >= fp.n_terms or fp.terms[cur[s]] != t:
+                continue
+            i = cur[s]
+            cur[s] += 1
+            lo = fp.offsets[i]
+            hi = fp.offsets[i + 1]
+            if not any_dead and dmap == NULL:
+                if o_docs != NULL:
+                    memcpy(o_docs + npost + cnt, fp.docs + lo, <size_t>((hi - lo) * 4))
+                    memcpy(o_tfs + npost + cnt, fp.tfs + lo, <size_t>(hi - lo))
+                cnt += hi - lo
+                continue
+            for p in range(lo, hi):
+                d = fp.docs[p]
+                if any_dead and not (meta[d] & IX_LIVE):
+                    continue
+                if o_docs != NULL:
+                    o_docs[npost + cnt] = <uint32_t>dmap[d] if dmap != NULL else d
+                    o_tfs[npost + cnt] = fp.tfs[p]
+                cnt += 1
+        if cnt == 0:
+            continue
+        if o_terms != NULL:
+            o_terms[nt] = <uint32_t>tmap[t] if tmap != NULL else t
+            o_off[nt + 1] = npost + cnt
+        nt += 1
+        npost += cnt
+    n_terms[0] = nt
+    n_post[0] = npost
+
+
+cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
+                     uint32_t doc_lo, uint32_t doc_hi):
+    """One segment with the live postings of `segs` (ascending doc ranges)."""
+    cdef int64_t k = len(segs), s
+    cdef int f
+    cdef bint any_dead = dmap != NULL
+    cdef int64_t nt, npost
+    cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(k * sizeof(SegView) + 1))
+    cdef int64_t* cur = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
+    cdef list arrays = []
+    cdef cnp.ndarray a_terms, a_off, a_docs, a_tfs
+    try:
+        if views == NULL or cur == NULL:
+            raise MemoryError()
+        for s in range(k):
+            views[s] = (<_Segment>segs[s]).v
+            any_dead = any_dead or views[s].n_dead > 0
+        for f in range(3):
+            with nogil:
+                _merge_field(views, k, f, meta, any_dead, dmap, tmap, cur,
+                             NULL, NULL, NULL, NULL, &nt, &npost)
+            a_terms, a_off, a_docs, a_tfs = _empty_field_arrays(nt, npost)
+            with nogil:
+                _merge_field(views, k, f, meta, any_dead, dmap, tmap, cur,
+                             <uint32_t*>cnp.PyArray_DATA(a_terms),
+                             <int64_t*>cnp.PyArray_DATA(a_off),
+                             <uint32_t*>cnp.PyArray_DATA(a_docs),
+                             <uint8_t*>cnp.PyArray_DATA(a_tfs), &nt, &npost)
+            arrays += [a_terms, a_off, a_docs, a_tfs]
+    finally:
+        PyMem_Free(views)
+        PyMem_Free(cur)
+    for a in arrays:
+        a.flags.writeable = False
+    return _segment(doc_lo, doc_hi, arrays)
+
+
+# ---- scoring kernels (nogil) -------------------------------------------------------------------
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
+    """Session, importance and tag filters (kind, tier and liveness are in q.okmeta)."""
+    cdef int64_t i, j, lo, hi
+    cdef bint found
+    if q.imp[d] < q.min_imp:
+        return False
+    if q.session >= 0 and q.sess[d] != q.session:
+        return False
+    lo = q.tag_off[d]
+    hi = q.tag_off[d + 1]
+    for i in range(q.n_tags):
+        found = False
+        for j in range(lo, hi):
+            if q.tag_val[j] == q.tags[i]:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
+    if not q.okmeta[q.meta[d]]:
+        return False
+    return not q.extra or _extra_ok(q, d)
+
+
+cdef inline uint32_t _tf_add(uint32_t w, int f, uint32_t tf) noexcept nogil:
+    """Add tf to byte f of the packed group tfs, saturating at 255."""
+    cdef int sh = 8 * f
+    cdef uint32_t v = ((w >> sh) & 0xFF) + tf
+    if v > IX_TF_CAP:
+        v = IX_TF_CAP
+    return (w & ~(<uint32_t>0xFF << sh)) | (v << sh)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+@cython.cdivision(True)
+cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
+                            double* out) noexcept nogil:
+    """Add one group's parts for doc d (packed tfs w) to out[0..2]: docs/SCORING.md, literally."""
+    cdef double x[3]
+    cdef double big_x, den
+    cdef uint32_t tf
+    cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
+    cdef int f
+    for f in range(3):
+        tf = (w >> (8 * f)) & 0xFF
+        if tf:
+            x[f] = q.w[f] * <double>tf / ((1.0 - q.b[f]) + q.b[f] * <double>ln[f] / q.avgdl[f])
+        else:
+            x[f] = 0.0
+    big_x = (x[0] + x[1]) + x[2]
+    den = q.k1 + big_x
+    out[0] += idf * x[0] / den
+    out[1] += idf * x[1] / den
+    out[2] += idf * x[2] / den
+
+
+cdef inline double _group_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
+    cdef double p[3]
+    p[0] = 0.0
+    p[1] = 0.0
+    p[2] = 0.0
+    _add_parts(q, d, w, idf, p)
+    return (p[0] + p[1]) + p[2]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
+    """Sum the group's tfs per doc and field into q.tfacc for docs that pass the filters.
+
+    Returns the number of docs touched, listed in q.gt.
+    """
+    cdef int64_t li, i, ki, ng = 0
+    cdef const PList* L
+    cdef uint32_t d, w
+    cdef int f
+    cdef int32_t e
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        f = L.field
+        for i in range(L.n):
+            d = L.docs[i]
+            if not q.okmeta[q.meta[d]]:
+                continue
+            if q.extra and not _extra_ok(q, d):
+                continue
+            w = q.tfacc[d]
+            if w == 0:
+                q.gt[ng] = d
+                ng += 1
+            q.tfacc[d] = _tf_add(w, f, L.tfs[i])
+    if q.head != NULL:
+        for ki in range(g.key_lo, g.key_hi):
+            e = q.head[gterms[ki]]
+            while e >= 0:
+                d = q.b_doc[e]
+                if _doc_ok(q, d):
+                    w = q.tfacc[d]
+                    if w == 0:
+                        q.gt[ng] = d
+                        ng += 1
+                    q.tfacc[d] = _tf_add(w, q.b_field[e], q.b_tf[e])
+                e = q.b_next[e]
+    return ng
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
+    """Live docs holding any key of the group in any field (for groups of several keys)."""
+    cdef int64_t li, i, ki, df = 0
+    cdef const PList* L
+    cdef uint32_t d
+    cdef int32_t e
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        for i in range(L.n):
+            d = L.docs[i]
+            if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
+                q.gmark[d] = q.gepoch
+                df += 1
+    if q.head != NULL:
+        for ki in range(g.key_lo, g.key_hi):
+            e = q.head[gterms[ki]]
+            while e >= 0:
+                d = q.b_doc[e]
+                if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
+                    q.gmark[d] = q.gepoch
+                    df += 1
+                e = q.b_next[e]
+    return df
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _exhaustive(Query* q, const Group* groups, int64_t n_groups, const PList* lists,
+                         const uint32_t* gterms) noexcept nogil:
+    """Term-at-a-time over the groups in ascending key order; q.acc gets the breakdowns.
+
+    Returns the number of docs touched (listed in q.qt).
+    """
+    cdef int64_t gi, j, ng, nq = 0
+    cdef uint32_t d, w
+    cdef double* a
+    for gi in range(n_groups):
+        ng = _pass1(q, &groups[gi], lists, gterms)
+        for j in range(ng):
+            d = q.gt[j]
+            w = q.tfacc[d]
+            q.tfacc[d] = 0
+            a = q.acc + 3 * <int64_t>d
+            if q.mark[d] != q.epoch:
+                q.mark[d] = q.epoch
+                q.qt[nq] = d
+                nq += 1
+                a[0] = 0.0
+                a[1] = 0.0
+                a[2] = 0.0
+            _add_parts(q, d, w, groups[gi].idf, a)
+    return nq
+
+
+# -- top-k
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline bint _better(const Query* q, double sa, uint32_t a, double sb, uint32_t b) noexcept nogil:
+    """The result order of docs/SCORING.md: score, importance, timestamp desc; ulid, doc asc."""
+    cdef int c
+    if sa != sb:
+        return sa > sb
+    if q.imp[a] != q.imp[b]:
+        return q.imp[a] > q.imp[b]
+    if q.ts[a] != q.ts[b]:
+        return q.ts[a] > q.ts[b]
+    c = memcmp(q.ulid + IX_ULID * <int64_t>a, q.ulid + IX_ULID * <int64_t>b, IX_ULID)
+    if c != 0:
+        return c < 0
+    return a < b
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _sift_down(const Query* q, HeapItem* h, int64_t n, int64_t i) noexcept nogil:
+    """Heap with the worst item at the root."""
+    cdef int64_t c
+    cdef HeapItem tmp
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and _better(q, h[c].s, h[c].d, h[c + 1].s, h[c + 1].d):
+            c += 1
+        if not _better(q, h[i].s, h[i].d, h[c].s, h[c].d):
+            return
+        tmp = h[i]
+        h[i] = h[c]
+        h[c] = tmp
+        i = c
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _heap_offer(const Query* q, HeapItem* h, int64_t n, int64_t k, double s,
+                                uint32_t d, uint32_t i) noexcept nogil:
+    cdef int64_t c, p
+    cdef HeapItem tmp
+    if n < k:
+        c = n
+        h[c].s = s
+        h[c].d = d
+        h[c].i = i
+        while c > 0:
+            p = (c - 1) >> 1
+            if not _better(q, h[p].s, h[p].d, h[c].s, h[c].d):
+                break
+            tmp = h[p]
+            h[p] = h[c]
+            h[c] = tmp
+            c = p
+        return n + 1
+    if _better(q, s, d, h[0].s, h[0].d):
+        h[0].s = s
+        h[0].d = d
+        h[0].i = i
+        _sift_down(q, h, n, 0)
+    return n
+
+
+cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
+    """In place, best first."""
+    cdef HeapItem tmp
+    while n > 1:
+        tmp = h[0]
+        h[0] = h[n - 1]
+        h[n - 1] = tmp
+        n -= 1
+        _sift_down(q, h, n, 0)
+
+
+# -- pruning
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline int64_t _kth_offer(double* h, int64_t n, int64_t k, double v) noexcept nogil:
+    """Min-heap of the k largest values seen."""
+    cdef int64_t c, p, m
+    cdef double tmp
+    if n < k:
+        c = n
+        h[c] = v
+        while c > 0:
+            p = (c - 1) >> 1
+            if h[p] <= h[c]:
+                break
+            tmp = h[p]
+            h[p] = h[c]
+            h[c] = tmp
+            c = p
+        return n + 1
+    if v > h[0]:
+        h[0] = v
+        c = 0
+        while True:
+            m = 2 * c + 1
+            if m >= n:
+                break
+            if m + 1 < n and h[m + 1] < h[m]:
+                m += 1
+            if h[c] <= h[m]:
+                break
+            tmp = h[c]
+            h[c] = h[m]
+            h[m] = tmp
+            c = m
+    return n
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef double _kth_of_candidates(const Query* q, int64_t nq, int64_t k, double* h) noexcept nogil:
+    """The k-th largest partial score among the candidates (-1 when fewer than k)."""
+    cdef int64_t j, n = 0
+    if nq < k:
+        return -1.0
+    for j in range(nq):
+        n = _kth_offer(h, n, k, q.acc[3 * <int64_t>q.qt[j]])
+    return h[0]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _prune(Query* q, int64_t nq, double rest, double theta) noexcept nogil:
+    """Keep the candidates whose bound reaches theta (order kept); unmark the others."""
+    cdef int64_t j, m = 0
+    cdef uint32_t d
+    cdef double lb = theta * (1.0 - EPS)
+    for j in range(nq):
+        d = q.qt[j]
+        if (q.acc[3 * <int64_t>d] + rest) * (1.0 + EPS) >= lb:
+            q.qt[m] = d
+            m += 1
+        else:
+            q.mark[d] = 0
+    return m
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
+                 int64_t nq) noexcept nogil:
+    """Sum the group's tfs into q.tfacc for the candidates only (q.qt sorted ascending)."""
+    cdef int64_t li, j, pos, ki
+    cdef const PList* L
+    cdef const SegView* sv
+    cdef uint32_t d
+    cdef int32_t e
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        sv = &q.views[L.seg]
+        j = lower_bound_u32(q.qt, 0, nq, sv.doc_lo)
+        pos = 0
+        while j < nq:
+            d = q.qt[j]
+            if d >= sv.doc_hi:
+                break
+            pos = gallop_u32(L.docs, pos, L.n, d)
+            if pos >= L.n:
+                break
+            if L.docs[pos] == d:
+                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, L.tfs[pos])
+            j += 1
+    if q.head != NULL:
+        for ki in range(g.key_lo, g.key_hi):
+            e = q.head[gterms[ki]]
+            while e >= 0:
+                d = q.b_doc[e]
+                if q.mark[d] == q.epoch:
+                    q.tfacc[d] = _tf_add(q.tfacc[d], q.b_field[e], q.b_tf[e])
+                e = q.b_next[e]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_groups,
+                 const PList* lists, const uint32_t* gterms, double* out) noexcept nogil:
+    """The breakdown of one doc, groups in ascending key order (the same sums as _exhaustive)."""
+    cdef int64_t gi, li, ki, pos
+    cdef int32_t seg = -1, e
+    cdef int64_t lo = 0, hi = q.n_views, mid
+    cdef uint32_t w
+    cdef const PList* L
+    if d < q.buf_lo:
+        while lo < hi:                                # the segment whose range holds d
+            mid = (lo + hi) >> 1
+            if q.views[mid].doc_hi <= d:
+                lo = mid + 1
+            else:
+                hi = mid
+        seg = <int32_t>lo
+    out[0] = 0.0
+    out[1] = 0.0
+    out[2] = 0.0
+    for gi in range(n_groups):
+        w = 0
+        if seg >= 0:
+            for li in range(groups[gi].list_lo, groups[gi].list_hi):
+                L = &lists[li]
+                if L.seg != seg:
+                    continue
+                pos = lower_bound_u32(L.docs, 0, L.n, d)
+                if pos < L.n and L.docs[pos] == d:
+                    w = _tf_add(w, L.field, L.tfs[pos])
+        elif q.head != NULL:
+            for ki in range(groups[gi].key_lo, groups[gi].key_hi):
+                e = q.head[gterms[ki]]
+                while e >= 0:
+                    if q.b_doc[e] == d:
+                        w = _tf_add(w, q.b_field[e], q.b_tf[e])
+                    e = q.b_next[e]
+        if w:
+            _add_parts(q, d, w, groups[gi].idf, out)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _order_by_idf(const Group* groups, int64_t n, int64_t* order, double* rest) noexcept nogil:
+    """order: groups by idf descending (index ascending on ties); rest[i]: sum of idf after i."""
+    cdef int64_t i, j, t
+    for i in range(n):
+        order[i] = i
+    for i in range(1, n):                             # insertion sort: queries have few groups
+        t = order[i]
+        j = i - 1
+        while j >= 0 and groups[order[j]].idf < groups[t].idf:
+            order[j + 1] = order[j]
+            j -= 1
+        order[j + 1] = t
+    rest[n - 1] = 0.0
+    for i in range(n - 2, -1, -1):
+        rest[i] = rest[i + 1] + groups[order[i + 1]].idf
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _pruned(Query* q, const Group* groups, int64_t n_groups, const PList* lists,
+                     const uint32_t* gterms, int64_t k, int64_t* order, double* rest,
+                     double* kth) noexcept nogil:
+    """MaxScore over groups, term-at-a-time: see docs/SCORING.md. Returns the candidates (q.qt)
+    that may be in the top k; q.acc[3d] holds their approximate scores."""
+    cdef int64_t i = 0, j, ng, nq = 0, nk
+    cdef const Group* g
+    cdef uint32_t d, w
+    cdef double theta = -1.0, p, r
+    cdef bint switched = False
+    _order_by_idf(groups, n_groups, order, rest)
+    while i < n_groups:
+        g = &groups[order[i]]
+        ng = _pass1(q, g, lists, gterms)
+        nk = 0
+        for j in range(ng):
+            d = q.gt[j]
+            w = q.tfacc[d]
+            q.tfacc[d] = 0
+            if q.mark[d] != q.epoch:
+                q.mark[d] = q.epoch
+                q.qt[nq] = d
+                nq += 1
+                q.acc[3 * <int64_t>d] = 0.0
+            p = q.acc[3 * <int64_t>d] + _group_total(q, d, w, g.idf)
+            q.acc[3 * <int64_t>d] = p
+            # The k-th best of the docs updated here bounds the k-th best of all from below.
+            nk = _kth_offer(kth, nk, k, p)
+        if nk == k and kth[0] > theta:
+            theta = kth[0]
+        i += 1
+        if i < n_groups and theta >= 0.0 and rest[i - 1] * (1.0 + EPS) < theta * (1.0 - EPS):
+            switched = True
+            break
+    if switched:
+        nq = _prune(q, nq, rest[i - 1], theta)
+        radix_sort_u32(q.qt, q.gt, nq)
+        while i < n_groups:
+            g = &groups[order[i]]
+            r = rest[i]
+            _probe(q, g, lists, gterms, nq)
+            for j in range(nq):
+                d = q.qt[j]
+                w = q.tfacc[d]
+                if w:
+                    q.tfacc[d] = 0
+                    q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
+            i += 1
+            p = _kth_of_candidates(q, nq, k, kth)
+            if p > theta:
+                theta = p
+            nq = _prune(q, nq, r, theta)
+    if nq > k:                                        # keep the k best and what ties within EPS
+        theta = _kth_of_candidates(q, nq, k, kth)
+        nq = _prune(q, nq, 0.0, theta)
+    return nq
+
+
+# ---- the index ---------------------------------------------------------------------------------
+
+cdef object _keys_array(object keys):
+    if isinstance(keys, np.ndarray) and keys.dtype == np.uint64 and keys.ndim == 1 \
+            and keys.flags.c_contiguous:
+        return keys
+    return np.ascontiguousarray(np.asarray(keys, dtype=np.uint64).reshape(-1))
+
+
+cdef inline const uint64_t* _ptr(const uint64_t[::1] v) noexcept:
+    return &v[0] if v.shape[0] > 0 else NULL
+
+
+cdef tuple _check_config(k1, weights, b):
+    weights = tuple(float(w) for w in weights)
+    b = tuple(float(x) for x in b)
+    if len(weights) != 3 or len(b) != 3:
+        raise ValueError("weights and b need one value per field (content, summary, tags)")
+    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
+        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
+    return float(k1), weights, b
+
+
+cdef class SearchIndex:
+    """BM25F over (content, summary, tags) with filters and a deterministic top-k.
+
+    See docs/SCORING.md for the exact definition; `pyindex.SearchIndex` is the readable twin.
+    """
+
+    def __cinit__(self):
+        garr_init(&self._t_keys, 8)
+        garr_init(&self._t_df, 4)
+        garr_init(&self._t_table, 4)
+        garr_init(&self._t_head, 4)
+        garr_init(&self._meta, 1)
+        garr_init(&self._imp, 1)
+        garr_init(&self._sess, 8)
+        garr_init(&self._ts, 8)
+        garr_init(&self._ulid, IX_ULID)
+        garr_init(&self._lens, 12)
+        garr_init(&self._tag_off, 8)
+        garr_init(&self._tag_val, 8)
+        garr_init(&self._fwd_off, 8)
+        garr_init(&self._fwd, 1)
+        garr_init(&self._b_doc, 4)
+        garr_init(&self._b_tf, 1)
+        garr_init(&self._b_field, 1)
+        garr_init(&self._b_next, 4)
+        garr_init(&self._b_terms, 4)
+        garr_init(&self._a_keys, 8)
+        garr_init(&self._a_tids, 4)
+        garr_init(&self._s_tfacc, 4)
+        garr_init(&self._s_mark, 4)
+        garr_init(&self._s_gmark, 4)
+        garr_init(&self._s_acc, 24)
+        garr_init(&self._s_gt, 4)
+        garr_init(&self._s_qt, 4)
+        garr_init(&self._q_groups, sizeof(Group))
+        garr_init(&self._q_terms, 4)
+        garr_init(&self._q_lists, sizeof(PList))
+        garr_init(&self._q_order, 8)
+        garr_init(&self._q_rest, 8)
+        garr_init(&self._q_heap, sizeof(HeapItem))
+        garr_init(&self._q_fbd, 24)
+        garr_init(&self._q_fdoc, 8)
+        self._segs = []
+        self._keep = []
+        self._views = NULL
+        self._n_views = 0
+        self._epoch = 0
+        self._gepoch = 0
+        self.prune_min = IX_PRUNE_MIN
+        self.last_pruned = False
+
+    def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)):
+        k1, weights, b = _check_config(k1, weights, b)
+        self._k1 = k1
+        for f in range(3):
+            self._w[f] = weights[f]
+            self._b[f] = b[f]
+        if self._t_table.len == 0:
+            self._table_rebuild(IX_TABLE_MIN)
+        garr_reserve(&self._tag_off, 1)
+        garr_reserve(&self._fwd_off, 1)
+        (<int64_t*>self._tag_off.data)[0] = 0
+        (<int64_t*>self._fwd_off.data)[0] = 0
+        self._tag_off.len = 1
+        self._fwd_off.len = 1
+
+    def __dealloc__(self):
+        garr_free(&self._t_keys)
+        garr_free(&self._t_df)
+        garr_free(&self._t_table)
+        garr_free(&self._t_head)
+        garr_free(&self._meta)
+        garr_free(&self._imp)
+        garr_free(&self._sess)
+        garr_free(&self._ts)
+        garr_free(&self._ulid)
+        garr_free(&self._lens)
+        garr_free(&self._tag_off)
+        garr_free(&self._tag_val)
+        garr_free(&self._fwd_off)
+        garr_free(&self._fwd)
+        garr_free(&self._b_doc)
+        garr_free(&self._b_tf)
+        garr_free(&self._b_field)
+        garr_free(&self._b_next)
+        garr_free(&self._b_terms)
+        garr_free(&self._a_keys)
+        garr_free(&self._a_tids)
+        garr_free(&self._s_tfacc)
+        garr_free(&self._s_mark)
+        garr_free(&self._s_gmark)
+        garr_free(&self._s_acc)
+        garr_free(&self._s_gt)
+        garr_free(&self._s_qt)
+        garr_free(&self._q_groups)
+        garr_free(&self._q_terms)
+        garr_free(&self._q_lists)
+        garr_free(&self._q_order)
+        garr_free(&self._q_rest)
+        garr_free(&self._q_heap)
+        garr_free(&self._q_fbd)
+        garr_free(&self._q_fdoc)
+        PyMem_Free(self._views)
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_docs
+
+    @property
+    def n_live(self) -> int:
+        return self._n_live
+
+    # -- term dictionary ------------------------------------------------------------------------
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef int64_t _term_find(self, uint64_t key) noexcept nogil:
+        cdef const uint32_t* table = <const uint32_t*>self._t_table.data
+        cdef const uint64_t* keys = <const uint64_t*>self._t_keys.data
+        cdef uint64_t mask = <uint64_t>self._t_table.len - 1
+        cdef uint64_t slot = mix64(key) & mask
+        cdef uint32_t v
+        while True:
+            v = table[slot]
+            if v == 0:
+                return -1
+            if keys[v - 1] == key:
+                return v - 1
+            slot = (slot + 1) & mask
+
+    cdef int _table_rebuild(self, int64_t cap) except -1:
+        """Reinsert every term, in term-id order (so the layout depends only on the keys)."""
+        cdef uint32_t* table = <uint32_t*>PyMem_Malloc(<size_t>(cap * 4))
+        cdef const uint64_t* keys = <const uint64_t*>self._t_keys.data
+        cdef uint64_t mask = <uint64_t>cap - 1, slot
+        cdef int64_t t
+        if table == NULL:
+            raise MemoryError()
+        memset(table, 0, <size_t>(cap * 4))
+        for t in range(self._t_keys.len):
+            slot = mix64(keys[t]) & mask
+            while table[slot] != 0:
+                slot = (slot + 1) & mask
+            table[slot] = <uint32_t>(t + 1)
+        garr_free(&self._t_table)
+        self._t_table.data = <char*>table
+        self._t_table.len = cap
+        self._t_table.cap = cap
+        return 0
+
+    cdef int64_t _term_add(self, uint64_t key) except -1:
+        cdef int64_t t = self._term_find(key), n = self._t_keys.len
+        cdef uint64_t mask, slot
+        cdef uint32_t* table
+        if t >= 0:
+            return t
+        if n >= 0xFFFFFFFE:
+            raise OverflowError("too many distinct terms")
+        garr_reserve(&self._t_keys, n + 1)
+        garr_reserve(&self._t_df, n + 1)
+        garr_reserve(&self._t_head, n + 1)
+        (<uint64_t*>self._t_keys.data)[n] = key
+        (<uint32_t*>self._t_df.data)[n] = 0
+        (<int32_t*>self._t_head.data)[n] = -1
+        self._t_keys.len = n + 1
+        self._t_df.len = n + 1
+        self._t_head.len = n + 1
+        if 2 * (n + 1) > self._t_table.len:
+            self._table_rebuild(2 * self._t_table.len)
+        else:
+            garr_own(&self._t_table)
+            table = <uint32_t*>self._t_table.data
+            mask = <uint64_t>self._t_table.len - 1
+            slot = mix64(key) & mask
+            while table[slot] != 0:
+                slot = (slot + 1) & mask
+            table[slot] = <uint32_t>(n + 1)
+        return n
+
+    # -- adding and removing --------------------------------------------------------------------
+
+    def add(self, int64_t doc, content_keys, summary_keys, tag_keys, tag_hashes, int64_t session,
+            int kind, int tier, int importance, int64_t timestamp, ulid) -> None:
+        """Add doc number `doc` (must be `n_docs`); keys are uint64 arrays (docs/DESIGN.md 1)."""
+        cdef const uint64_t[::1] ck = _keys_array(content_keys)
+        cdef const uint64_t[::1] sk = _keys_array(summary_keys)
+        cdef const uint64_t[::1] tk = _keys_array(tag_keys)
+        cdef const uint64_t[::1] th = _keys_array(tag_hashes)
+        cdef bytes ub = bytes(ulid)
+        cdef int64_t n = self._n_docs, i, ntid, nf, nt
+        cdef uint32_t* tids
+        cdef uint32_t prev, gap
+        cdef uint8_t* out
+        cdef uint32_t* df
+        if doc != n:
+            raise ValueError(f"doc must be {n} (the next doc id), got {doc}")
+        if not 0 <= kind <= 5 or not 0 <= tier <= 3:
+            raise ValueError("kind must be in 0..5 and tier in 0..3")
+        if not 0 <= importance <= 100 or session < 0:
+            raise ValueError("importance must be in 0..100 and session >= 0")
+        if len(ub) != IX_ULID:
+            raise ValueError("ulid must be 16 bytes")
+        if n >= 0xFFFFFFFE:
+            raise OverflowError("too many docs")
+        if self._t_head.len < self._t_keys.len:      # after from_arrays: the chains start empty
+            garr_reserve(&self._t_head, self._t_keys.len)
+            memset(self._t_head.data + 4 * self._t_head.len, 0xFF,
+                   <size_t>(4 * (self._t_keys.len - self._t_head.len)))
+            self._t_head.len = self._t_keys.len
+        garr_reserve(&self._meta, n + 1)
+        garr_reserve(&self._imp, n + 1)
+        garr_reserve(&self._sess, n + 1)
+        garr_reserve(&self._ts, n + 1)
+        garr_reserve(&self._ulid, n + 1)
+        garr_reserve(&self._lens, n + 1)
+        garr_reserve(&self._tag_off, n + 2)
+        garr_reserve(&self._fwd_off, n + 2)
+        nt = self._tag_val.len
+        garr_reserve(&self._tag_val, nt + th.shape[0])
+        (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3)
+        (<uint8_t*>self._imp.data)[n] = importance
+        (<int64_t*>self._sess.data)[n] = session
+        (<int64_t*>self._ts.data)[n] = timestamp
+        memcpy(self._ulid.data + IX_ULID * n, <const char*>ub, IX_ULID)
+        (<uint32_t*>self._lens.data)[3 * n] = <uint32_t>ck.shape[0]
+        (<uint32_t*>self._lens.data)[3 * n + 1] = <uint32_t>sk.shape[0]
+        (<uint32_t*>self._lens.data)[3 * n + 2] = <uint32_t>tk.shape[0]
+        if th.shape[0] > 0:
+            memcpy(self._tag_val.data + 8 * nt, &th[0], <size_t>(8 * th.shape[0]))
+        self._tag_val.len = nt + th.shape[0]
+        (<int64_t*>self._tag_off.data)[n + 1] = self._tag_val.len
+        self._meta.len = self._imp.len = self._sess.len = self._ts.len = n + 1
+        self._ulid.len = self._lens.len = n + 1
+        self._tag_off.len = n + 2
+
+        self._a_tids.len = 0
+        self._add_field(<uint32_t>n, 0, _ptr(ck), ck.shape[0])
+        self._add_field(<uint32_t>n, 1, _ptr(sk), sk.shape[0])
+        self._add_field(<uint32_t>n, 2, _ptr(tk), tk.shape[0])
+
+        # Forward index: the doc's unique term ids, so that remove() can lower their df.
+        tids = <uint32_t*>self._a_tids.data
+        ntid = self._a_tids.len
+        if ntid > 1:
+            qsort(tids, <size_t>ntid, 4, _cmp_u32)
+        nf = self._fwd.len
+        garr_reserve(&self._fwd, nf + 5 * ntid)
+        garr_own(&self._t_df)
+        df = <uint32_t*>self._t_df.data
+        out = <uint8_t*>self._fwd.data
+        prev = 0
+        for i in range(ntid):
+            if i > 0 and tids[i] == tids[i - 1]:
+                continue
+            df[tids[i]] += 1
+            gap = tids[i] - prev
+            prev = tids[i]
+            while gap >= 0x80:
+                out[nf] = <uint8_t>((gap & 0x7F) | 0x80)
+                nf += 1
+                gap >>= 7
+            out[nf] = <uint8_t>gap
+            nf += 1
+        self._fwd.len = nf
+        (<int64_t*>self._fwd_off.data)[n + 1] = nf
+        self._fwd_off.len = n + 2
+
+        self._sum_len[0] += ck.shape[0]
+        self._sum_len[1] += sk.shape[0]
+        self._sum_len[2] += tk.shape[0]
+        self._n_docs = n + 1
+        self._n_live += 1
+        if self._n_docs - self._buf_lo >= IX_BUF_DOCS or self._b_doc.len >= IX_BUF_POSTINGS:
+            self._flush()
+            self._maybe_merge()
+
+    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1:
+        """Buffer the postings of one field: sort the keys, count runs, chain one posting per term."""
+        cdef uint64_t* sk
+        cdef int64_t i = 0, j, t, e
+        cdef int32_t* head
+        if n == 0:
+            return 0
+        garr_reserve(&self._a_keys, n)
+        sk = <uint64_t*>self._a_keys.data
+        memcpy(sk, keys, <size_t>(8 * n))
+        qsort(sk, <size_t>n, 8, _cmp_u64)
+        while i < n:
+            j = i + 1
+            while j < n and sk[j] == sk[i]:
+                j += 1
+            t = self._term_add(sk[i])
+            garr_reserve(&self._a_tids, self._a_tids.len + 1)
+            (<uint32_t*>self._a_tids.data)[self._a_tids.len] = <uint32_t>t
+            self._a_tids.len += 1
+            e = self._b_doc.len
+            if e >= 0x7FFFFFFF:
+                raise OverflowError("buffer too large")
+            garr_reserve(&self._b_doc, e + 1)
+            garr_reserve(&self._b_tf, e + 1)
+            garr_reserve(&self._b_field, e + 1)
+            garr_reserve(&self._b_next, e + 1)
+            head = <int32_t*>self._t_head.data
+            if head[t] < 0:
+                garr_reserve(&self._b_terms, self._b_terms.len + 1)
+                (<uint32_t*>self._b_terms.data)[self._b_terms.len] = <uint32_t>t
+                self._b_terms.len += 1
+            (<uint32_t*>self._b_doc.data)[e] = doc
+            (<uint8_t*>self._b_tf.data)[e] = <uint8_t>min(j - i, IX_TF_CAP)
+            (<uint8_t*>self._b_field.data)[e] = <uint8_t>f
+            (<int32_t*>self._b_next.data)[e] = head[t]
+            head[t] = <int32_t>e
+            self._b_doc.len = self._b_tf.len = self._b_field.len = self._b_next.len = e + 1
+            i = j
+        return 0
+
+    def remove(self, int64_t doc) -> None:
+        """Take doc out of results and statistics at once; removing a removed doc does nothing."""
+        cdef uint8_t* meta
+        cdef const uint32_t* ln
+        cdef const uint8_t* p
+        cdef const uint8_t* end
+        cdef uint32_t* df
+        cdef uint32_t tid = 0, gap
+        cdef int shift
+        cdef int64_t s
+        if not 0 <= doc < self._n_docs:
+            raise ValueError(f"no doc {doc}")
+        if not ((<uint8_t*>self._meta.data)[doc] & IX_LIVE):
+            return
+        garr_own(&self._meta)
+        garr_own(&self._t_df)
+        meta = <uint8_t*>self._meta.data
+        meta[doc] &= ~IX_LIVE
+        self._n_live -= 1
+        ln = <const uint32_t*>self._lens.data + 3 * doc
+        for s in range(3):
+            self._sum_len[s] -= ln[s]
+        df = <uint32_t*>self._t_df.data
+        p = <const uint8_t*>self._fwd.data + (<int64_t*>self._fwd_off.data)[doc]
+        end = <const uint8_t*>self._fwd.data + (<int64_t*>self._fwd_off.data)[doc + 1]
+        while p < end:
+            gap = 0
+            shift = 0
+            while True:
+                gap |= <uint32_t>(p[0] & 0x7F) << shift
+                shift += 7
+                p += 1
+                if p[-1] < 0x80:
+                    break
+            tid += gap
+            df[tid] -= 1
+        if doc >= self._buf_lo:
+            self._buf_dead += 1
+            return
+        for s in range(self._n_views):
+            if self._views[s].doc_lo <= doc < self._views[s].doc_hi:
+                self._views[s].n_dead += 1
+                (<_Segment>self._segs[s]).v.n_dead += 1
+                break
+
+    def is_live(self, int64_t doc) -> bool:
+        return 0 <= doc < self._n_docs and bool((<uint8_t*>self._meta.data)[doc] & IX_LIVE)
+
+    # -- segments -------------------------------------------------------------------------------
+
+    cdef int _set_segments(self, list segs) except -1:
+        cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(len(segs) * sizeof(SegView) + 1))
+        cdef int64_t s
+        if views == NULL:
+            raise MemoryError()
+        for s in range(len(segs)):
+            views[s] = (<_Segment>segs[s]).v
+        PyMem_Free(self._views)
+        self._views = views
+        self._n_views = len(segs)
+        self._segs = segs
+        return 0
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef int _flush(self) except -1:
+        """Turn the buffer into a segment (dead docs dropped) and empty it."""
+        cdef uint32_t* terms = <uint32_t*>self._b_terms.data
+        cdef int64_t nbt = self._b_terms.len, i, f, nt, pos
+        cdef int64_t counts[3]
+        cdef int64_t* tcount
+        cdef int32_t* head = <int32_t*>self._t_head.data
+        cdef const uint32_t* b_doc = <const uint32_t*>self._b_doc.data
+        cdef const uint8_t* b_tf = <const uint8_t*>self._b_tf.data
+        cdef const uint8_t* b_field = <const uint8_t*>self._b_field.data
+        cdef const int32_t* b_next = <const int32_t*>self._b_next.data
+        cdef const uint8_t* meta = <const uint8_t*>self._meta.data
+        cdef int32_t e
+        cdef uint32_t* o_terms[3]
+        cdef int64_t* o_off[3]
+        cdef uint32_t* o_docs[3]
+        cdef uint8_t* o_tfs[3]
+        cdef list arrays = []
+        cdef uint32_t lo = self._buf_lo
+        if <int64_t>lo == self._n_docs:
+            return 0
+        if nbt > 1:
+            qsort(terms, <size_t>nbt, 4, _cmp_u32)
+        # per term and field: live postings, so that the arrays are allocated at their size
+        tcount = <int64_t*>PyMem_Malloc(<size_t>(24 * nbt + 1))
+        if tcount == NULL:
+            raise MemoryError()
+        try:
+            counts[0] = counts[1] = counts[2] = 0
+            memset(tcount, 0, <size_t>(24 * nbt))
+            for i in range(nbt):
+                e = head[terms[i]]
+                while e >= 0:
+                    if meta[b_doc[e]] & IX_LIVE:
+                        tcount[3 * i + b_field[e]] += 1
+                    e = b_next[e]
+                for f in range(3):
+                    counts[f] += tcount[3 * i + f]
+            for f in range(3):
+                nt = 0
+                for i in range(nbt):
+                    nt += tcount[3 * i + f] > 0
+                fa = _empty_field_arrays(nt, counts[f])
+                arrays += fa
+                o_terms[f] = <uint32_t*>cnp.PyArray_DATA(fa[0])
+                o_off[f] = <int64_t*>cnp.PyArray_DATA(fa[1])
+                o_docs[f] = <uint32_t*>cnp.PyArray_DATA(fa[2])
+                o_tfs[f] = <uint8_t*>cnp.PyArray_DATA(fa[3])
+            with nogil:
+                for f in range(3):
+                    nt = 0
+                    pos = 0
+                    for i in range(nbt):
+                        if tcount[3 * i + f] == 0:
+                            continue
+                        o_terms[f][nt] = terms[i]
+                        pos += tcount[3 * i + f]
+                        tcount[3 * i + f] = pos       # now the end of the term's range
+                        nt += 1
+                        o_off[f][nt] = pos
+                # chains run newest first: fill each term's range from its end
+                for i in range(nbt):
+                    e = head[terms[i]]
+                    while e >= 0:
+                        if meta[b_doc[e]] & IX_LIVE:
+                            f = b_field[e]
+                            tcount[3 * i + f] -= 1
+                            pos = tcount[3 * i + f]
+                            o_docs[f][pos] = b_doc[e]
+                            o_tfs[f][pos] = b_tf[e]
+                        e = b_next[e]
+                    head[terms[i]] = -1
+        finally:
+            PyMem_Free(tcount)
+        self._b_terms.len = 0
+        self._b_doc.len = self._b_tf.len = self._b_field.len = self._b_next.len = 0
+        self._buf_lo = <uint32_t>self._n_docs
+        self._buf_dead = 0
+        for a in arrays:
+            a.flags.writeable = False
+        if any(arrays[4 * f + 2].shape[0] for f in range(3)):
+            self._set_segments(self._segs + [_segment(lo, <uint32_t>self._n_docs, arrays)])
+        return 0
+
+    cdef int _maybe_merge(self) except -1:
+        """Merge the two newest segments while the older is not larger (counting live docs)."""
+        cdef list segs = list(self._segs)
+        cdef _Segment a, b, m
+        cdef const uint8_t* meta = <const uint8_t*>self._meta.data
+        while len(segs) >= 2:
+            a = segs[len(segs) - 2]
+            b = segs[len(segs) - 1]
+            if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
+                break
+            m = _merge([a, b], meta, NULL, NULL, a.v.doc_lo, b.v.doc_hi)
+            segs = segs[:len(segs) - 2] + ([m] if _nonempty(m) else [])
+        self._set_segments(segs)
+        return 0
+
+    def merge_segments(self) -> None:
+        """Flush the buffer and merge everything into one segment, dropping dead docs."""
+        cdef list segs
+        cdef _Segment m
+        self._flush()
+        segs = self._segs
+        if len(segs) > 1 or (len(segs) == 1 and (<_Segment>segs[0]).v.n_dead > 0):
+            m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL,
+                       (<_Segment>segs[0]).v.doc_lo, (<_Segment>segs[len(segs) - 1]).v.doc_hi)
+            self._set_segments([m] if _nonempty(m) else [])
+
+    # -- search ---------------------------------------------------------------------------------
+
+    cdef int _grow_scratch(self) except -1:
+        """Per-doc scratch sized to the corpus; new parts of the zero-based arrays are zeroed."""
+        cdef int64_t n = self._n_docs
+        garr_extend(&self._s_tfacc, n, True)
+        garr_extend(&self._s_mark, n, True)
+        garr_extend(&self._s_gmark, n, True)
+        garr_extend(&self._s_acc, n, False)
+        garr_extend(&self._s_gt, n, False)
+        garr_extend(&self._s_qt, n, False)
+        return 0
+
+    cdef int _prepare(self, Query* q) except -1:
+        cdef int f
+        cdef int64_t n = self._n_live
+        q.k1 = self._k1
+        for f in range(3):
+            q.w[f] = self._w[f]
+            q.b[f] = self._b[f]
+            q.avgdl[f] = (<double>self._sum_len[f]) / (<double>n) if self._sum_len[f] != 0 else 1.0
+        q.n_live = n
+        q.meta = <const uint8_t*>self._meta.data
+        q.imp = <const uint8_t*>self._imp.data
+        q.sess = <const int64_t*>self._sess.data
+        q.ts = <const int64_t*>self._ts.data
+        q.ulid = <const uint8_t*>self._ulid.data
+        q.lens = <const uint32_t*>self._lens.data
+        q.tag_off = <const int64_t*>self._tag_off.data
+        q.tag_val = <const uint64_t*>self._tag_val.data
+        q.b_doc = <const uint32_t*>self._b_doc.data
+        q.b_tf = <const uint8_t*>self._b_tf.data
+        q.b_field = <const uint8_t*>self._b_field.data
+        q.b_next = <const int32_t*>self._b_next.data
+        q.head = <const int32_t*>self._t_head.data if self._b_doc.len > 0 else NULL
+        q.buf_lo = self._buf_lo
+        q.views = self._views
+        q.n_views = self._n_views
+        q.tfacc = <uint32_t*>self._s_tfacc.data
+        q.mark = <uint32_t*>self._s_mark.data
+        q.gmark = <uint32_t*>self._s_gmark.data
+        q.acc = <double*>self._s_acc.data
+        q.gt = <uint32_t*>self._s_gt.data
+        q.qt = <uint32_t*>self._s_qt.data
+        self._epoch += 1
+        if self._epoch == 0:                          # wrapped: forget every old mark
+            memset(self._s_mark.data, 0, <size_t>(4 * self._s_mark.len))
+            self._epoch = 1
+        q.epoch = self._epoch
+        return 0
+
+    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1:
+        """Resolve the query into groups (docs/SCORING.md) with their posting lists, df and idf.
+
+        Groups that occur in no live doc are left out: they add nothing to any score, and their
+        large idf would only loosen the pruning bounds.
+        """
+        cdef uint64_t* keys
+        cdef int64_t nu = 0, i, ki, s, T = self._t_keys.len, pos, added, t, G = 0, li, df
+        cdef int f
+        cdef uint64_t key
+        cdef uint32_t c
+        cdef Group* g
+        cdef PList* L
+        cdef const FieldPostings* fp
+        cdef const uint64_t* tkeys = <const uint64_t*>self._t_keys.data
+        cdef uint32_t tid
+        garr_reserve(&self._a_keys, nqk)
+        keys = <uint64_t*>self._a_keys.data
+        memcpy(keys, qk, <size_t>(8 * nqk))
+        qsort(keys, <size_t>nqk, 8, _cmp_u64)
+        for i in range(nqk):
+            if i == 0 or keys[i] != keys[i - 1]:
+                keys[nu] = keys[i]
+                nu += 1
+        self._q_terms.len = 0
+        self._q_lists.len = 0
+        garr_reserve(&self._q_groups, nu)
+        for i in range(nu):
+            key = keys[i]
+            g = <Group*>self._q_groups.data + G
+            g.key = key
+            g.key_lo = self._q_terms.len
+            t = self._term_find(key)
+            if t >= 0:
+                garr_reserve(&self._q_terms, self._q_terms.len + 1)
+                (<uint32_t*>self._q_terms.data)[self._q_terms.len] = <uint32_t>t
+                self._q_terms.len += 1
+            if key >> 62 == 3:                         # CJK unigram: add the bigrams holding it
+                c = <uint32_t>(key & CP_MASK)
+                pos = 0
+                while pos < T:
+                    garr_reserve(&self._q_terms, self._q_terms.len + 4096)
+                    with nogil:
+                        pos = _scan_bigrams(tkeys, pos, T, c,
+                                            <uint32_t*>self._q_terms.data + self._q_terms.len,
+                                            4096, &added)
+                    self._q_terms.len += added
+            g.key_hi = self._q_terms.len
+            g.list_lo = self._q_lists.len
+            g.n_postings = 0
+            for ki in range(g.key_lo, g.key_hi):
+                tid = (<uint32_t*>self._q_terms.data)[ki]
+                for s in range(self._n_views):
+                    for f in range(3):
+                        fp = &self._views[s].f[f]
+                        li = lower_bound_u32(fp.terms, 0, fp.n_terms, tid)
+                        if li >= fp.n_terms or fp.terms[li] != tid:
+                            continue
+                        garr_reserve(&self._q_lists, self._q_lists.len + 1)
+                        L = <PList*>self._q_lists.data + self._q_lists.len
+                        L.docs = fp.docs + fp.offsets[li]
+                        L.tfs = fp.tfs + fp.offsets[li]
+                        L.n = fp.offsets[li + 1] - fp.offsets[li]
+                        L.seg = <int32_t>s
+                        L.field = f
+                        g.n_postings += L.n
+                        self._q_lists.len += 1
+            g.list_hi = self._q_lists.len
+            if g.key_hi - g.key_lo == 0:
+                continue
+            if g.key_hi - g.key_lo == 1:
+                df = (<uint32_t*>self._t_df.data)[(<uint32_t*>self._q_terms.data)[g.key_lo]]
+            else:
+                self._gepoch += 1
+                if self._gepoch == 0:
+                    memset(self._s_gmark.data, 0, <size_t>(4 * self._s_gmark.len))
+                    self._gepoch = 1
+                q.gepoch = self._gepoch
+                with nogil:
+                    df = _group_df(q, g, <const PList*>self._q_lists.data,
+                                   <const uint32_t*>self._q_terms.data)
+            if df == 0:
+                continue
+            g.df = df
+            g.idf = log(1.0 + (<double>(q.n_live - df) + 0.5) / (<double>df + 0.5))
+            G += 1
+        self._q_groups.len = G
+        return G
+
+    def search(self, query_keys, Py_ssize_t k, int64_t session=-1, int64_t kind_mask=0x3F,
+               int64_t tier_mask=0x0F, int64_t min_importance=0, tag_hashes=None,
+               bint exhaustive=False):
+        """Top k live docs for the query keys, best first: (docs, scores, breakdown[n, 3])."""
+        cdef const uint64_t[::1] qk = _keys_array(query_keys)
+        cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
+        cdef Query q
+        cdef int64_t G, nq, nh = 0, j, total = 0, m
+        cdef const Group* groups
+        cdef const PList* lists
+        cdef const uint32_t* gterms
+        cdef HeapItem* heap
+        cdef double* a
+        cdef double* fbd
+        cdef uint32_t d
+        cdef bint pruned
+        if k < 0:
+            raise ValueError("k must be >= 0")
+        self.last_pruned = False
+        if k > self._n_live:
+            k = self._n_live
+        if k == 0 or qk.shape[0] == 0:
+            return _empty_result()
+        self._grow_scratch()
+        self._prepare(&q)
+        for m in range(256):
+            q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
+                           and (tier_mask >> ((m >> 3) & 3)) & 1 == 1)
+        q.session = session
+        q.min_imp = <int32_t>max(-1, min(min_importance, 101))
+        q.tags = _ptr(tg)
+        q.n_tags = tg.shape[0]
+        q.extra = session >= 0 or min_importance > 0 or tg.shape[0] > 0
+        G = self._make_groups(&q, _ptr(qk), qk.shape[0])
+        if G == 0:
+            return _empty_result()
+        groups = <const Group*>self._q_groups.data
+        lists = <const PList*>self._q_lists.data
+        gterms = <const uint32_t*>self._q_terms.data
+        for j in range(G):
+            total += groups[j].n_postings
+        pruned = not exhaustive and G >= 2 and total >= self.prune_min
+        self.last_pruned = pruned
+        if pruned:
+            garr_reserve(&self._q_order, G)
+            garr_reserve(&self._q_rest, G)
+            garr_reserve(&self._q_fdoc, k)
+            with nogil:
+                nq = _pruned(&q, groups, G, lists, gterms, k, <int64_t*>self._q_order.data,
+                             <double*>self._q_rest.data, <double*>self._q_fdoc.data)
+            garr_reserve(&self._q_fbd, nq)
+        else:
+            with nogil:
+                nq = _exhaustive(&q, groups, G, lists, gterms)
+        garr_reserve(&self._q_heap, min(k, nq) + 1)
+        heap = <HeapItem*>self._q_heap.data
+        fbd = <double*>self._q_fbd.data
+        with nogil:
+            for j in range(nq):
+                d = q.qt[j]
+                if pruned:
+                    a = fbd + 3 * j
+                    _exact(&q, d, groups, G, lists, gterms, a)
+                else:
+                    a = q.acc + 3 * <int64_t>d
+                nh = _heap_offer(&q, heap, nh, k, (a[0] + a[1]) + a[2], d, <uint32_t>j)
+            _heap_sort(&q, heap, nh)
+        docs = np.empty(nh, dtype=np.int64)
+        scores = np.empty(nh, dtype=np.float64)
+        breakdown = np.empty((nh, 3), dtype=np.float64)
+        cdef int64_t[::1] o_docs = docs
+        cdef double[::1] o_scores = scores
+        cdef double[:, ::1] o_bd = breakdown
+        for j in range(nh):
+            d = heap[j].d
+            a = fbd + 3 * <int64_t>heap[j].i if pruned else q.acc + 3 * <int64_t>d
+            o_docs[j] = d
+            o_scores[j] = heap[j].s
+            o_bd[j, 0] = a[0]
+            o_bd[j, 1] = a[1]
+            o_bd[j, 2] = a[2]
+        return docs, scores, breakdown
+
+    def _set_prune_min(self, int64_t n) -> None:
+        """Tests and benchmarks: prune from n postings on (0 = whenever there are 2+ groups)."""
+        self.prune_min = n
+
+    # -- compaction, memory, snapshot arrays ----------------------------------------------------
+
+    def compacted(self):
+        """A new index holding only the live docs, renumbered densely in their old order, in one
+        segment, without the terms no live doc holds; and old_to_new (int64, -1 for dead docs)."""
+        cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
+                                          (self._b[0], self._b[1], self._b[2]))
+        cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
+        cdef int64_t i, j, o, nt, nf, cap
+        cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)
+        cdef cnp.ndarray tmap = np.full(T, -1, dtype=np.int64)
+        cdef int64_t* o2n = <int64_t*>cnp.PyArray_DATA(old_to_new)
+        cdef int64_t* tm = <int64_t*>cnp.PyArray_DATA(tmap)
+        cdef const uint32_t* df = <const uint32_t*>self._t_df.data
+        cdef const uint8_t* meta = <const uint8_t*>self._meta.data
+        cdef const int64_t* toff = <const int64_t*>self._tag_off.data
+        cdef const int64_t* foff = <const int64_t*>self._fwd_off.data
+        cdef const uint8_t* fwd = <const uint8_t*>self._fwd.data
+        cdef uint8_t* ofwd
+        cdef _Segment m
+        self._flush()
+        for t in range(T):
+            if df[t] > 0:
+                tm[t] = nk
+                nk += 1
+        garr_reserve(&out._t_keys, nk)
+        garr_reserve(&out._t_df, nk)
+        for t in range(T):
+            if tm[t] >= 0:
+                (<uint64_t*>out._t_keys.data)[tm[t]] = (<const uint64_t*>self._t_keys.data)[t]
+                (<uint32_t*>out._t_df.data)[tm[t]] = df[t]
+        out._t_keys.len = out._t_df.len = nk
+        cap = IX_TABLE_MIN
+        while cap < 2 * nk:
+            cap *= 2
+        out._table_rebuild(cap)
+
+        garr_reserve(&out._meta, nl)
+        garr_reserve(&out._imp, nl)
+        garr_reserve(&out._sess, nl)
+        garr_reserve(&out._ts, nl)
+        garr_reserve(&out._ulid, nl)
+        garr_reserve(&out._lens, nl)
+        garr_reserve(&out._tag_off, nl + 1)
+        garr_reserve(&out._fwd_off, nl + 1)
+        nt = 0
+        nf = 0
+        for i in range(n):
+            if meta[i] & IX_LIVE:
+                nt += toff[i + 1] - toff[i]
+                nf += foff[i + 1] - foff[i]
+        garr_reserve(&out._tag_val, nt)
+        garr_reserve(&out._fwd, nf + 4 * nl)         # renumbered gaps are never longer
+        ofwd = <uint8_t*>out._fwd.data
+        o = 0
+        nt = 0
+        nf = 0
+        for i in range(n):
+            if not (meta[i] & IX_LIVE):
+                continue
+            o2n[i] = o
+            (<uint8_t*>out._meta.data)[o] = meta[i]
+            (<uint8_t*>out._imp.data)[o] = (<const uint8_t*>self._imp.data)[i]
+            (<int64_t*>out._sess.data)[o] = (<const int64_t*>self._sess.data)[i]
+            (<int64_t*>out._ts.data)[o] = (<const int64_t*>self._ts.data)[i]
+            memcpy(out._ulid.data + IX_ULID * o, self._ulid.data + IX_ULID * i, IX_ULID)
+            memcpy(out._lens.data + 12 * o, self._lens.data + 12 * i, 12)
+            j = toff[i + 1] - toff[i]
+            memcpy(out._tag_val.data + 8 * nt, self._tag_val.data + 8 * toff[i], <size_t>(8 * j))
+            nt += j
+            (<int64_t*>out._tag_off.data)[o + 1] = nt
+            nf = _recode_fwd(fwd + foff[i], fwd + foff[i + 1], tm, ofwd, nf)
+            (<int64_t*>out._fwd_off.data)[o + 1] = nf
+            o += 1
+        out._meta.len = out._imp.len = out._sess.len = out._ts.len = nl
+        out._ulid.len = out._lens.len = nl
+        out._tag_off.len = out._fwd_off.len = nl + 1
+        out._tag_val.len = nt
+        out._fwd.len = nf
+        out._n_docs = out._n_live = nl
+        for i in range(3):
+            out._sum_len[i] = self._sum_len[i]
+        out._buf_lo = <uint32_t>nl
+        if self._segs:
+            m = _merge(self._segs, meta, o2n, tm, 0, <uint32_t>nl)
+            if _nonempty(m):
+                out._set_segments([m])
+        return out, old_to_new
+
+    def nbytes(self) -> dict:
+        """Bytes held (capacity, not length), by part; borrowed (mmap'd) arrays included."""
+        cdef int64_t postings = 0
+        for s in self._segs:
+            for arr in (<_Segment>s).arrays:
+                postings += arr.nbytes
+        postings += (garr_bytes(&self._b_doc) + garr_bytes(&self._b_tf) + garr_bytes(&self._b_field)
+                     + garr_bytes(&self._b_next) + garr_bytes(&self._b_terms)
+                     + garr_bytes(&self._fwd) + garr_bytes(&self._fwd_off))
+        terms = (garr_bytes(&self._t_keys) + garr_bytes(&self._t_df) + garr_bytes(&self._t_table)
+                 + garr_bytes(&self._t_head))
+        doc_columns = (garr_bytes(&self._meta) + garr_bytes(&self._imp) + garr_bytes(&self._sess)
+                       + garr_bytes(&self._ts) + garr_bytes(&self._ulid) + garr_bytes(&self._lens)
+                       + garr_bytes(&self._tag_off) + garr_bytes(&self._tag_val))
+        scratch = (garr_bytes(&self._a_keys) + garr_bytes(&self._a_tids)
+                   + garr_bytes(&self._s_tfacc) + garr_bytes(&self._s_mark)
+                   + garr_bytes(&self._s_gmark) + garr_bytes(&self._s_acc)
+                   + garr_bytes(&self._s_gt) + garr_bytes(&self._s_qt)
+                   + garr_bytes(&self._q_groups) + garr_bytes(&self._q_terms)
+                   + garr_bytes(&self._q_lists) + garr_bytes(&self._q_order)
+                   + garr_bytes(&self._q_rest) + garr_bytes(&self._q_heap)
+                   + garr_bytes(&self._q_fbd) + garr_bytes(&self._q_fdoc)
+                   + self._n_views * <int64_t>sizeof(SegView))
+        return {"postings": postings, "terms": terms, "doc_columns": doc_columns,
+                "scratch": scratch}
+
+    def to_arrays(self) -> dict:
+        """Everything `from_arrays` needs (merges the segments first). The postings arrays are
+        the index's own read-only arrays; the rest are copies."""
+        cdef int64_t n = self._n_docs, T = self._t_keys.len
+        cdef int f
+        self.merge_segments()
+        out = {
+            "format": np.array(IX_ARRAYS_FORMAT, dtype=np.int64),
+            "n_docs": np.array(n, dtype=np.int64),
+            "n_live": np.array(self._n_live, dtype=np.int64),
+            "sum_len": np.array([self._sum_len[0], self._sum_len[1], self._sum_len[2]],
+                                dtype=np.int64),
+            "term_keys": garr_to_numpy(&self._t_keys, np.uint64, (T,)),
+            "term_df": garr_to_numpy(&self._t_df, np.uint32, (T,)),
+            "term_table": garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,)),
+        }
+        seg_arrays = (<_Segment>self._segs[0]).arrays if self._segs else \
+            _empty_field_arrays(0, 0) * 3
+        for f, name in enumerate(FIELDS):
+            out[f"post_terms_{name}"] = seg_arrays[4 * f]
+            out[f"post_offsets_{name}"] = seg_arrays[4 * f + 1]
+            out[f"post_docs_{name}"] = seg_arrays[4 * f + 2]
+            out[f"post_tfs_{name}"] = seg_arrays[4 * f + 3]
+        out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
+        out["doc_importance"] = garr_to_numpy(&self._imp, np.uint8, (n,))
+        out["doc_session"] = garr_to_numpy(&self._sess, np.int64, (n,))
+        out["doc_timestamp"] = garr_to_numpy(&self._ts, np.int64, (n,))
+        out["doc_ulid"] = garr_to_numpy(&self._ulid, np.uint8, (n, IX_ULID))
+        out["doc_lens"] = garr_to_numpy(&self._lens, np.uint32, (n, 3))
+        out["tag_offsets"] = garr_to_numpy(&self._tag_off, np.int64, (n + 1,))
+        out["tag_hashes"] = garr_to_numpy(&self._tag_val, np.uint64, (self._tag_val.len,))
+        out["fwd_offsets"] = garr_to_numpy(&self._fwd_off, np.int64, (n + 1,))
+        out["fwd_terms"] = garr_to_numpy(&self._fwd, np.uint8, (self._fwd.len,))
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),
+                    b=(0.75, 0.75, 0.5)) -> "SearchIndex":
+        """Restore from `to_arrays` output without copying it (arrays may be read-only mmap
+        views); what later changes is copied on first write. Sizes, offsets and term ids are
+        checked; doc ids inside the postings are trusted (the snapshot is checksummed)."""
+        cdef SearchIndex ix = cls(k1, weights, b)
+        cdef int64_t n, T, nl, cap, nt
+        cdef int f
+        if int(arrays["format"]) != IX_ARRAYS_FORMAT:
+            raise ValueError(f"unknown index arrays format {int(arrays['format'])}")
+        n = int(arrays["n_docs"])
+        nl = int(arrays["n_live"])
+        sum_len = _arr(arrays, "sum_len", np.int64, (3,))
+        if not 0 <= nl <= n < 0xFFFFFFFE:
+            raise ValueError("bad n_docs / n_live")
+        keys = _arr(arrays, "term_keys", np.uint64, None)
+        T = keys.shape[0]
+        table = _arr(arrays, "term_table", np.uint32, None)
+        cap = table.shape[0]
+        if cap < IX_TABLE_MIN or cap & (cap - 1) or cap < 2 * T or int(table.max()) > T:
+            raise ValueError("bad term table")
+        meta = _arr(arrays, "doc_meta", np.uint8, (n,))
+        if int(np.count_nonzero(meta & IX_LIVE)) != nl or (n and int(meta.max() & 0x7F) > 0x1D):
+            raise ValueError("bad doc_meta")
+        tag_off = _arr(arrays, "tag_offsets", np.int64, (n + 1,))
+        tag_val = _arr(arrays, "tag_hashes", np.uint64, None)
+        fwd_off = _arr(arrays, "fwd_offsets", np.int64, (n + 1,))
+        fwd = _arr(arrays, "fwd_terms", np.uint8, None)
+        _check_offsets(tag_off, tag_val.shape[0], "tag_offsets")
+        _check_offsets(fwd_off, fwd.shape[0], "fwd_offsets")
+        garr_borrow(&ix._t_keys, keys, ix._keep)
+        garr_borrow(&ix._t_df, _arr(arrays, "term_df", np.uint32, (T,)), ix._keep)
+        garr_borrow(&ix._t_table, table, ix._keep)
+        garr_free(&ix._t_head)
+        garr_borrow(&ix._meta, meta, ix._keep)
+        garr_borrow(&ix._imp, _arr(arrays, "doc_importance", np.uint8, (n,)), ix._keep)
+        garr_borrow(&ix._sess, _arr(arrays, "doc_session", np.int64, (n,)), ix._keep)
+        garr_borrow(&ix._ts, _arr(arrays, "doc_timestamp", np.int64, (n,)), ix._keep)
+        garr_borrow(&ix._ulid, _arr(arrays, "doc_ulid", np.uint8, (n, IX_ULID)), ix._keep)
+        garr_borrow(&ix._lens, _arr(arrays, "doc_lens", np.uint32, (n, 3)), ix._keep)
+        garr_borrow(&ix._tag_off, tag_off, ix._keep)
+        garr_borrow(&ix._tag_val, tag_val, ix._keep)
+        garr_borrow(&ix._fwd_off, fwd_off, ix._keep)
+        garr_borrow(&ix._fwd, fwd, ix._keep)
+        seg_arrays = []
+        for f, name in enumerate(FIELDS):
+            terms = _arr(arrays, f"post_terms_{name}", np.uint32, None)
+            offsets = _arr(arrays, f"post_offsets_{name}", np.int64, (terms.shape[0] + 1,))
+            docs = _arr(arrays, f"post_docs_{name}", np.uint32, None)
+            tfs = _arr(arrays, f"post_tfs_{name}", np.uint8, docs.shape)
+            _check_offsets(offsets, docs.shape[0], f"post_offsets_{name}")
+            nt = terms.shape[0]
+            if nt and (int(terms[nt - 1]) >= T or not bool(np.all(terms[1:] > terms[:nt - 1]))):
+                raise ValueError(f"bad post_terms_{name}")
+            seg_arrays += [terms, offsets, docs, tfs]
+        ix._n_docs = n
+        ix._n_live = nl
+        for f in range(3):
+            ix._sum_len[f] = int(sum_len[f])
+        ix._buf_lo = <uint32_t>n
+        if any(seg_arrays[4 * f + 2].shape[0] for f in range(3)):
+            ix._set_segments([_segment(0, <uint32_t>n, seg_arrays)])
+        return ix
+
+
+cdef bint _nonempty(_Segment s):
+    return s.v.f[0].n_postings + s.v.f[1].n_postings + s.v.f[2].n_postings > 0
+
+
+cdef tuple _empty_result():
+    return (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64),
+            np.empty((0, 3), dtype=np.float64))
+
+
+cdef object _arr(object arrays, str name, object dtype, object shape):
+    """arrays[name] as a C-contiguous array of exactly this dtype (and shape, if given)."""
+    a = arrays[name]
+    if not isinstance(a, np.ndarray) or a.dtype != dtype:
+        raise ValueError(f"{name}: expected a numpy array of {np.dtype(dtype)}")
+    if shape is None and a.ndim != 1 or shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"{name}: bad shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+cdef int _check_offsets(object off, int64_t total, str name) except -1:
+    # (no negative indexes: the module is compiled with wraparound off)
+    cdef int64_t n = off.shape[0]
+    if n == 0 or int(off[0]) != 0 or int(off[n - 1]) != total \
+            or not bool(np.all(off[1:] >= off[:n - 1])):
+        raise ValueError(f"bad {name}")
+    return 0
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_t c, uint32_t* out,
+                           int64_t cap, int64_t* added) noexcept nogil:
+    """Term ids of the CJK bigram keys holding code point c, from pos on, at most cap of them;
+    returns where the scan stopped."""
+    cdef int64_t m = 0
+    cdef uint64_t key
+    while pos < n and m < cap:
+        key = keys[pos]
+        if key >> 62 == 2 and ((key >> 21) & CP_MASK == c or key & CP_MASK == c):
+            out[m] = <uint32_t>pos
+            m += 1
+        pos += 1
+    added[0] = m
+    return pos
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _recode_fwd(const uint8_t* p, const uint8_t* end, const int64_t* tmap, uint8_t* out,
+                         int64_t o) noexcept:
+    """Re-encode one forward-index entry with renumbered term ids (dropped terms skipped)."""
+    cdef uint32_t tid = 0, gap, prev = 0
+    cdef int shift
+    cdef int64_t nt
+    while p < end:
+        gap = 0
+        shift = 0
+        while True:
+            gap |= <uint32_t>(p[0] & 0x7F) << shift
+            shift += 7
+            p += 1
+            if p[-1] < 0x80:
+                break
+        tid += gap
+        nt = tmap[tid]
+        if nt < 0:
+            continue
+        gap = <uint32_t>nt - prev
+        prev = <uint32_t>nt
+        while gap >= 0x80:
+            out[o] = <uint8_t>((gap & 0x7F) | 0x80)
+            o += 1
+            gap >>= 7
+        out[o] = <uint8_t>gap
+        o += 1
+    return o

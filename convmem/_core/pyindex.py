@@ -1,0 +1,341 @@
+"""Readable pure-Python twin of `convmem._core.index`: the test oracle.
+
+Same Python API, same scores to the last bit (docs/SCORING.md is implemented literally, in the
+order written there), same `to_arrays` layout. Each document keeps a `Counter` per field; search
+scans every live document. Fine for tests, far too slow for a real corpus.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FIELDS = ("content", "summary", "tags")
+ARRAYS_FORMAT = 1
+TF_CAP = 255
+MAX_KIND = 5
+MAX_TIER = 3
+ULID_SIZE = 16
+LIVE_BIT = 0x80
+TABLE_MIN = 1024
+_U64 = (1 << 64) - 1
+_CP_MASK = 0x1FFFFF
+
+
+def _mix64(z: int) -> int:
+    """splitmix64 finaliser: spreads structured keys (CJK bigrams) over the hash table."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64
+    return z ^ (z >> 31)
+
+
+def build_term_table(keys: list[int]) -> np.ndarray:
+    """The open-addressing table of the compiled index: slot holds term id + 1, 0 when empty.
+
+    Capacity: the smallest power of two >= 1024 that is at least twice the number of terms; keys are
+    inserted in term-id order with linear probing, so the layout depends only on the key list.
+    """
+    cap = TABLE_MIN
+    while cap < 2 * len(keys):
+        cap *= 2
+    table = np.zeros(cap, dtype=np.uint32)
+    mask = cap - 1
+    for tid, key in enumerate(keys):
+        slot = _mix64(key) & mask
+        while table[slot]:
+            slot = (slot + 1) & mask
+        table[slot] = tid + 1
+    return table
+
+
+def encode_term_ids(tids: list[int]) -> bytes:
+    """Forward-index entry: sorted unique term ids as LEB128 gaps (the first gap is from 0)."""
+    out = bytearray()
+    prev = 0
+    for tid in tids:
+        gap = tid - prev
+        prev = tid
+        while gap >= 0x80:
+            out.append((gap & 0x7F) | 0x80)
+            gap >>= 7
+        out.append(gap)
+    return bytes(out)
+
+
+def decode_term_ids(data: bytes) -> list[int]:
+    tids, cur, shift, value = [], 0, 0, 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            cur += value
+            tids.append(cur)
+            shift = value = 0
+    return tids
+
+
+@dataclass
+class _Doc:
+    tfs: tuple[Counter, Counter, Counter]  # key -> tf (capped) per field; empty once removed
+    lens: tuple[int, int, int]
+    tags: tuple[int, ...]
+    session: int
+    kind: int
+    tier: int
+    importance: int
+    timestamp: int
+    ulid: bytes
+    fwd: bytes  # forward-index entry, kept so that to_arrays matches the compiled module
+    live: bool = True
+    keys: frozenset = field(default_factory=frozenset)  # all keys of all fields
+
+
+def _as_keys(keys) -> list[int]:
+    return [int(k) for k in np.asarray(keys, dtype=np.uint64).ravel()]
+
+
+def _check_weights(k1, weights, b) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+    weights = tuple(float(w) for w in weights)
+    b = tuple(float(x) for x in b)
+    if len(weights) != 3 or len(b) != 3:
+        raise ValueError("weights and b need one value per field (content, summary, tags)")
+    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
+        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
+    return float(k1), weights, b
+
+
+class SearchIndex:
+    """BM25F over (content, summary, tags) with filters and a deterministic top-k."""
+
+    def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)) -> None:
+        self._k1, self._w, self._b = _check_weights(k1, weights, b)
+        self._docs: list[_Doc] = []
+        self._term_ids: dict[int, int] = {}
+        self._term_keys: list[int] = []
+        self.prune_min = 0  # the twin always scores exhaustively
+        self.last_pruned = False
+
+    def _set_prune_min(self, n: int) -> None:
+        self.prune_min = n
+
+    # -- building -------------------------------------------------------------------------------
+
+    @property
+    def n_docs(self) -> int:
+        return len(self._docs)
+
+    @property
+    def n_live(self) -> int:
+        return sum(1 for d in self._docs if d.live)
+
+    def add(self, doc, content_keys, summary_keys, tag_keys, tag_hashes, session, kind, tier,
+            importance, timestamp, ulid) -> None:
+        if doc != len(self._docs):
+            raise ValueError(f"doc must be {len(self._docs)} (the next doc id), got {doc}")
+        if not 0 <= kind <= MAX_KIND or not 0 <= tier <= MAX_TIER:
+            raise ValueError("kind must be in 0..5 and tier in 0..3")
+        if not 0 <= importance <= 100 or session < 0:
+            raise ValueError("importance must be in 0..100 and session >= 0")
+        ulid = bytes(ulid)
+        if len(ulid) != ULID_SIZE:
+            raise ValueError("ulid must be 16 bytes")
+        fields = [_as_keys(k) for k in (content_keys, summary_keys, tag_keys)]
+        tfs = []
+        doc_tids = set()
+        for keys in fields:
+            counts = Counter(keys)
+            for key in sorted(counts):  # new terms get ids field by field, keys ascending
+                if key not in self._term_ids:
+                    self._term_ids[key] = len(self._term_keys)
+                    self._term_keys.append(key)
+                doc_tids.add(self._term_ids[key])
+            tfs.append(Counter({k: min(TF_CAP, c) for k, c in counts.items()}))
+        self._docs.append(_Doc(
+            tfs=tuple(tfs), lens=tuple(len(k) for k in fields),
+            tags=tuple(_as_keys(tag_hashes)), session=int(session), kind=int(kind),
+            tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
+            fwd=encode_term_ids(sorted(doc_tids)), keys=frozenset().union(*fields)))
+
+    def remove(self, doc: int) -> None:
+        if not 0 <= doc < len(self._docs):
+            raise ValueError(f"no doc {doc}")
+        self._docs[doc].live = False
+
+    def is_live(self, doc: int) -> bool:
+        return 0 <= doc < len(self._docs) and self._docs[doc].live
+
+    def merge_segments(self) -> None:
+        """The twin has no segments."""
+
+    # -- scoring (docs/SCORING.md) --------------------------------------------------------------
+
+    def _groups(self, query_keys) -> list[tuple[int, frozenset]]:
+        groups = []
+        for q in sorted(set(_as_keys(query_keys))):
+            keys = {q}
+            if q >> 62 == 0b11:
+                c = q & _CP_MASK
+                keys.update(key for key in self._term_keys
+                            if key >> 62 == 0b10 and ((key >> 21) & _CP_MASK == c or key & _CP_MASK == c))
+            groups.append((q, frozenset(keys)))
+        return groups
+
+    def _passes(self, d: _Doc, session, kind_mask, tier_mask, min_importance, tags) -> bool:
+        return ((session < 0 or d.session == session)
+                and (kind_mask >> d.kind) & 1 == 1
+                and (tier_mask >> d.tier) & 1 == 1
+                and d.importance >= min_importance
+                and all(t in d.tags for t in tags))
+
+    def _sort_key(self, item):
+        doc, score, _ = item
+        d = self._docs[doc]
+        return (-score, -d.importance, -d.timestamp, d.ulid, doc)
+
+    def search(self, query_keys, k: int, session: int = -1, kind_mask: int = 0x3F,
+               tier_mask: int = 0x0F, min_importance: int = 0, tag_hashes=None,
+               exhaustive: bool = False):
+        if k < 0:
+            raise ValueError("k must be >= 0")
+        tags = [] if tag_hashes is None else _as_keys(tag_hashes)
+        live = [(i, d) for i, d in enumerate(self._docs) if d.live]
+        n = len(live)
+        avgdl = []
+        for f in range(3):
+            total = sum(d.lens[f] for _, d in live)
+            avgdl.append(float(total) / float(n) if total != 0 else 1.0)
+        groups = []
+        for _, keys in self._groups(query_keys):
+            df = sum(1 for _, d in live if not keys.isdisjoint(d.keys))
+            idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
+            groups.append((keys, idf))
+        hits = []
+        for i, d in live:
+            if not self._passes(d, session, kind_mask, tier_mask, min_importance, tags):
+                continue
+            breakdown = [0.0, 0.0, 0.0]
+            matched = False
+            for keys, idf in groups:
+                tf = [min(TF_CAP, sum(d.tfs[f].get(key, 0) for key in keys)) for f in range(3)]
+                if tf == [0, 0, 0]:
+                    continue
+                matched = True
+                x = [0.0, 0.0, 0.0]
+                for f in range(3):
+                    if tf[f] > 0:
+                        norm = (1.0 - self._b[f]) + self._b[f] * float(d.lens[f]) / avgdl[f]
+                        x[f] = self._w[f] * float(tf[f]) / norm
+                big_x = (x[0] + x[1]) + x[2]
+                for f in range(3):
+                    breakdown[f] += idf * x[f] / (self._k1 + big_x)
+            if matched:
+                hits.append((i, (breakdown[0] + breakdown[1]) + breakdown[2], breakdown))
+        hits.sort(key=self._sort_key)
+        hits = hits[:k]
+        return (np.array([h[0] for h in hits], dtype=np.int64),
+                np.array([h[1] for h in hits], dtype=np.float64),
+                np.array([h[2] for h in hits], dtype=np.float64).reshape(len(hits), 3))
+
+    # -- compaction, memory, snapshot arrays ----------------------------------------------------
+
+    def _live_df(self, tid: int) -> int:
+        key = self._term_keys[tid]
+        return sum(1 for d in self._docs if d.live and key in d.keys)
+
+    def compacted(self):
+        keep = [tid for tid in range(len(self._term_keys)) if self._live_df(tid) > 0]
+        new_tid = {old: new for new, old in enumerate(keep)}
+        out = SearchIndex(self._k1, self._w, self._b)
+        out._term_keys = [self._term_keys[t] for t in keep]
+        out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
+        old_to_new = np.full(len(self._docs), -1, dtype=np.int64)
+        for i, d in enumerate(self._docs):
+            if d.live:
+                old_to_new[i] = len(out._docs)
+                tids = [new_tid[t] for t in decode_term_ids(d.fwd)]
+                out._docs.append(_Doc(**{**d.__dict__, "fwd": encode_term_ids(tids)}))
+        return out, old_to_new
+
+    def nbytes(self) -> dict[str, int]:
+        """Rough figures only: the twin is not meant to be measured."""
+        n_post = sum(len(c) for d in self._docs if d.live for c in d.tfs)
+        return {"postings": 5 * n_post, "terms": 16 * len(self._term_keys),
+                "doc_columns": 60 * len(self._docs), "scratch": 0}
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        docs = self._docs
+        n = len(docs)
+        out: dict[str, np.ndarray] = {
+            "format": np.array(ARRAYS_FORMAT, dtype=np.int64),
+            "n_docs": np.array(n, dtype=np.int64),
+            "n_live": np.array(self.n_live, dtype=np.int64),
+            "sum_len": np.array([sum(d.lens[f] for d in docs if d.live) for f in range(3)],
+                                dtype=np.int64),
+            "term_keys": np.array(self._term_keys, dtype=np.uint64),
+            "term_df": np.array([self._live_df(t) for t in range(len(self._term_keys))],
+                                dtype=np.uint32),
+            "term_table": build_term_table(self._term_keys),
+        }
+        for f, name in enumerate(FIELDS):
+            postings: dict[int, list[tuple[int, int]]] = {}
+            for i, d in enumerate(docs):
+                if d.live:
+                    for key, tf in d.tfs[f].items():
+                        postings.setdefault(self._term_ids[key], []).append((i, tf))
+            tids = sorted(postings)
+            offsets = np.zeros(len(tids) + 1, dtype=np.int64)
+            offsets[1:] = np.cumsum([len(postings[t]) for t in tids])
+            flat = [p for t in tids for p in postings[t]]
+            out[f"post_terms_{name}"] = np.array(tids, dtype=np.uint32)
+            out[f"post_offsets_{name}"] = offsets
+            out[f"post_docs_{name}"] = np.array([p[0] for p in flat], dtype=np.uint32)
+            out[f"post_tfs_{name}"] = np.array([p[1] for p in flat], dtype=np.uint8)
+        out["doc_meta"] = np.array([(LIVE_BIT if d.live else 0) | d.kind | (d.tier << 3)
+                                    for d in docs], dtype=np.uint8)
+        out["doc_importance"] = np.array([d.importance for d in docs], dtype=np.uint8)
+        out["doc_session"] = np.array([d.session for d in docs], dtype=np.int64)
+        out["doc_timestamp"] = np.array([d.timestamp for d in docs], dtype=np.int64)
+        out["doc_ulid"] = np.frombuffer(b"".join(d.ulid for d in docs),
+                                        dtype=np.uint8).reshape(n, ULID_SIZE).copy()
+        out["doc_lens"] = np.array([d.lens for d in docs], dtype=np.uint32).reshape(n, 3)
+        out["tag_offsets"] = np.concatenate(
+            ([0], np.cumsum([len(d.tags) for d in docs]))).astype(np.int64)
+        out["tag_hashes"] = np.array([t for d in docs for t in d.tags], dtype=np.uint64)
+        out["fwd_offsets"] = np.concatenate(
+            ([0], np.cumsum([len(d.fwd) for d in docs]))).astype(np.int64)
+        out["fwd_terms"] = np.frombuffer(b"".join(d.fwd for d in docs), dtype=np.uint8).copy()
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),
+                    b=(0.75, 0.75, 0.5)) -> SearchIndex:
+        if int(arrays["format"]) != ARRAYS_FORMAT:
+            raise ValueError(f"unknown index arrays format {int(arrays['format'])}")
+        out = cls(k1, weights, b)
+        out._term_keys = [int(k) for k in arrays["term_keys"]]
+        out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
+        n = int(arrays["n_docs"])
+        tfs = [[Counter(), Counter(), Counter()] for _ in range(n)]
+        for f, name in enumerate(FIELDS):
+            offsets = arrays[f"post_offsets_{name}"]
+            docs, tf = arrays[f"post_docs_{name}"], arrays[f"post_tfs_{name}"]
+            for j, tid in enumerate(arrays[f"post_terms_{name}"]):
+                key = out._term_keys[int(tid)]
+                for p in range(int(offsets[j]), int(offsets[j + 1])):
+                    tfs[int(docs[p])][f][key] = int(tf[p])
+        tag_off, fwd_off = arrays["tag_offsets"], arrays["fwd_offsets"]
+        fwd = arrays["fwd_terms"].tobytes()
+        for i in range(n):
+            meta = int(arrays["doc_meta"][i])
+            out._docs.append(_Doc(
+                tfs=tuple(tfs[i]), lens=tuple(int(x) for x in arrays["doc_lens"][i]),
+                tags=tuple(int(t) for t in arrays["tag_hashes"][tag_off[i]:tag_off[i + 1]]),
+                session=int(arrays["doc_session"][i]), kind=meta & 7, tier=(meta >> 3) & 3,
+                importance=int(arrays["doc_importance"][i]),
+                timestamp=int(arrays["doc_timestamp"][i]),
+                ulid=arrays["doc_ulid"][i].tobytes(), fwd=fwd[fwd_off[i]:fwd_off[i + 1]],
+                live=bool(meta & LIVE_BIT),
+                keys=frozenset().union(*(c.keys() for c in tfs[i]))))
+        return out

@@ -1,0 +1,646 @@
+"""Search index (docs/SCORING.md): the compiled module against its pure-Python twin, pruning against
+exhaustive scoring, filters, updates, determinism, snapshot arrays and memory accounting."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+import convmem
+import convmem._core.index as compiled
+import convmem._core.pyindex as twin
+
+CONTENT, SUMMARY, TAGS = 0, 1, 2
+UNIGRAM, BIGRAM = 0b11 << 62, 0b10 << 62
+CJK = [0x6771, 0x4EAC, 0x306E, 0x8A2D, 0x5B9A, 0x30C7]  # 東 京 の 設 定 デ
+
+
+def uni(c: int) -> int:
+    return UNIGRAM | c
+
+
+def bi(c1: int, c2: int) -> int:
+    return BIGRAM | (c1 << 21) | c2
+
+
+class Corpus:
+    """Seeded documents: Zipf-distributed word keys (top bits 00), CJK bigrams, small metadata
+    vocabularies so that filters and ties are common."""
+
+    def __init__(self, seed: int, vocab: int = 200, dup_rate: float = 0.05):
+        self.rng = np.random.default_rng(seed)
+        self.words = self.rng.integers(1, 2**62, vocab, dtype=np.uint64)
+        self.bigrams = np.array([bi(a, b) for a in CJK for b in CJK], dtype=np.uint64)
+        self.tags = np.array([101, 202, 303, 404], dtype=np.uint64)
+        self.dup_rate = dup_rate
+        self.made: list[tuple] = []
+
+    def keys(self, n: int) -> np.ndarray:
+        z = np.minimum(self.rng.zipf(1.3, n), len(self.words)) - 1
+        keys = self.words[z]
+        if self.rng.random() < 0.3:
+            keys = np.concatenate([keys, self.rng.choice(self.bigrams, 3)])
+        return keys
+
+    def doc(self) -> tuple:
+        """Arguments of add() after `doc`; sometimes a copy of an earlier doc (ties)."""
+        r = self.rng
+        if self.made and r.random() < self.dup_rate:
+            old = self.made[int(r.integers(len(self.made)))]
+            return old[:-1] + (r.bytes(16),)
+        args = (self.keys(int(r.integers(0, 30))), self.keys(int(r.integers(0, 4))),
+                self.keys(int(r.integers(0, 3))),
+                np.array(r.choice(self.tags, int(r.integers(0, 3)), replace=False), dtype=np.uint64),
+                int(r.integers(0, 4)), int(r.integers(0, 6)), int(r.integers(0, 4)),
+                int(r.choice([0, 50, 50, 80, 100])), int(r.integers(0, 1000)), r.bytes(16))
+        self.made.append(args)
+        return args
+
+    def query(self) -> np.ndarray:
+        r = self.rng
+        q = self.words[np.minimum(r.zipf(1.1, int(r.integers(1, 6))), len(self.words)) - 1]
+        if r.random() < 0.2:
+            q = np.append(q, np.uint64(uni(int(r.choice(CJK)))))
+        if r.random() < 0.1:
+            q = np.append(q, r.choice(self.bigrams))
+        return q
+
+    def filters(self) -> dict:
+        r = self.rng
+        kw: dict = {}
+        if r.random() < 0.3:
+            kw["session"] = int(r.integers(0, 4))
+        if r.random() < 0.3:
+            kw["kind_mask"] = int(r.integers(1, 64))
+        if r.random() < 0.3:
+            kw["tier_mask"] = int(r.integers(1, 16))
+        if r.random() < 0.3:
+            kw["min_importance"] = int(r.choice([1, 50, 80]))
+        if r.random() < 0.2:
+            kw["tag_hashes"] = np.array(r.choice(self.tags, int(r.integers(1, 3)), replace=False),
+                                        dtype=np.uint64)
+        return kw
+
+
+def build(cls, corpus_docs: list[tuple], removes: set[int] = frozenset()):
+    ix = cls()
+    for d, args in enumerate(corpus_docs):
+        ix.add(d, *args)
+    for d in sorted(removes):
+        ix.remove(d)
+    return ix
+
+
+def random_index(seed: int, n: int, remove_rate: float = 0.1):
+    """The same random history applied to a compiled index and a twin."""
+    c = Corpus(seed)
+    ixs = (compiled.SearchIndex(), twin.SearchIndex())
+    for d in range(n):
+        args = c.doc()
+        for ix in ixs:
+            ix.add(d, *args)
+        if c.rng.random() < remove_rate:
+            victim = int(c.rng.integers(0, d + 1))
+            for ix in ixs:
+                ix.remove(victim)
+    return c, ixs[0], ixs[1]
+
+
+def assert_same(a, b, exact: bool = True) -> None:
+    assert np.array_equal(a[0], b[0]), (a[0], b[0])
+    if exact:
+        assert np.array_equal(a[1], b[1]) and np.array_equal(a[2], b[2])
+    else:
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+        np.testing.assert_allclose(a[2], b[2], rtol=1e-6, atol=1e-12)
+
+
+# ---- compiled against twin ---------------------------------------------------------------------
+
+def test_compiled_module_is_the_extension() -> None:
+    assert compiled.__file__.endswith((".so", ".pyd"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_compiled_matches_twin(seed: int) -> None:
+    c, ix, tw = random_index(seed, 2500)  # more than one buffer: segments and a live buffer
+    assert (ix.n_docs, ix.n_live) == (tw.n_docs, tw.n_live)
+    pruned = 0
+    for _ in range(120):
+        q, kw, k = c.query(), c.filters(), int(c.rng.integers(1, 40))
+        got, want = ix.search(q, k, **kw), tw.search(q, k, **kw)
+        pruned += ix.last_pruned
+        assert_same(got, want, exact=False)  # the contract: relative 1e-6, same order ...
+        assert_same(got, want)               # ... and in fact the same bits
+    ix.merge_segments()
+    for _ in range(40):
+        q, kw = c.query(), c.filters()
+        assert_same(ix.search(q, 25, **kw), tw.search(q, 25, **kw))
+
+
+def test_breakdown_adds_up_to_the_score_exactly() -> None:
+    c, ix, _ = random_index(4, 1500)
+    seen = 0
+    for _ in range(100):
+        docs, scores, bd = ix.search(c.query(), 30)
+        for s, (bc, bs, bt) in zip(scores, bd):
+            assert (bc + bs) + bt == s
+            seen += 1
+        assert np.all(scores[:-1] >= scores[1:])
+    assert seen > 500
+
+
+def test_score_matches_the_formula_on_a_hand_made_corpus() -> None:
+    ix = compiled.SearchIndex()
+    a, b_ = 11, 22
+    ix.add(0, [a, a, b_], [a], [], [], 0, 0, 0, 50, 1, b"\x01" * 16)
+    ix.add(1, [b_, b_, b_, b_], [], [b_], [], 0, 0, 0, 50, 2, b"\x02" * 16)
+    ix.add(2, [7], [], [], [], 0, 0, 0, 50, 3, b"\x03" * 16)
+    docs, scores, bd = ix.search([a], 5)
+    n, df = 3, 1
+    idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
+    avg_c, avg_s = 8 / 3, 1 / 3
+    x_c = 1.0 * 2.0 / ((1.0 - 0.75) + 0.75 * 3.0 / avg_c)
+    x_s = 1.5 * 1.0 / ((1.0 - 0.75) + 0.75 * 1.0 / avg_s)
+    big_x = (x_c + x_s) + 0.0
+    assert docs.tolist() == [0]
+    assert bd[0].tolist() == [idf * x_c / (1.2 + big_x), idf * x_s / (1.2 + big_x), 0.0]
+
+
+# ---- pruning -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pruned_equals_exhaustive(seed: int) -> None:
+    c, ix, _ = random_index(100 + seed, 1200 + 300 * seed, remove_rate=0.15)
+    ix._set_prune_min(0)  # prune whenever there are two groups or more
+    if seed % 2:
+        ix.merge_segments()
+    pruned = 0
+    for _ in range(150):
+        q, kw, k = c.query(), c.filters(), int(c.rng.choice([1, 3, 10, 50]))
+        got = ix.search(q, k, **kw)
+        pruned += ix.last_pruned
+        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+    assert pruned > 50
+
+
+def test_pruning_with_many_ties() -> None:
+    """Identical docs tie on score: the order then comes from importance, timestamp and ulid."""
+    ix = compiled.SearchIndex()
+    ix._set_prune_min(0)
+    rare, common = 5, 6
+    for d in range(600):
+        keys = [common] * (1 + d % 3) + ([rare] if d % 7 == 0 else [])
+        ix.add(d, keys, [], [], [], 0, d % 2, 0, 50 + d % 2, d % 5, d.to_bytes(16, "big"))
+    for k in (1, 5, 20, 200):
+        got = ix.search([rare, common], k)
+        assert ix.last_pruned
+        assert_same(got, ix.search([rare, common], k, exhaustive=True))
+        assert_same(got, ix.search([rare, common], k, exhaustive=True))
+
+
+# ---- filters -----------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def filter_corpus():
+    """400 docs that all hold the term 9, with every combination of metadata."""
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    meta = []
+    rng = np.random.default_rng(7)
+    for d in range(400):
+        tags = [t for t in (1, 2, 3) if (d >> t) & 1]
+        m = dict(session=d % 3, kind=d % 6, tier=(d // 6) % 4, importance=(d * 37) % 101,
+                 tags=set(tags))
+        meta.append(m)
+        args = (d, [9] * (1 + d % 4) + [int(x) for x in rng.integers(100, 120, 5)], [], [],
+                tags, m["session"], m["kind"], m["tier"], m["importance"], d, rng.bytes(16))
+        ix.add(*args)
+        tw.add(*args)
+    return ix, tw, meta
+
+
+FILTERS = [
+    {"session": 1},
+    {"kind_mask": 0b000100},
+    {"kind_mask": 0b100001},
+    {"tier_mask": 0b0010},
+    {"tier_mask": 0b1001},
+    {"min_importance": 90},
+    {"tag_hashes": [2]},
+    {"tag_hashes": [1, 3]},
+    {"session": 2, "kind_mask": 0b010110, "tier_mask": 0b0110, "min_importance": 20},
+    {"session": 0, "tag_hashes": [2, 3], "min_importance": 10},
+]
+
+
+def passes(m: dict, kw: dict) -> bool:
+    return ((kw.get("session", -1) < 0 or m["session"] == kw["session"])
+            and (kw.get("kind_mask", 0x3F) >> m["kind"]) & 1 == 1
+            and (kw.get("tier_mask", 0x0F) >> m["tier"]) & 1 == 1
+            and m["importance"] >= kw.get("min_importance", 0)
+            and set(kw.get("tag_hashes", [])) <= m["tags"])
+
+
+@pytest.mark.parametrize("kw", FILTERS)
+@pytest.mark.parametrize("exhaustive", [False, True])
+def test_filters_keep_k_results(filter_corpus, kw, exhaustive) -> None:
+    ix, tw, meta = filter_corpus
+    ix._set_prune_min(0)
+    matching = [d for d, m in enumerate(meta) if passes(m, kw)]
+    assert matching
+    for k in (1, 7, len(matching), len(matching) + 10):
+        docs, _, _ = ix.search([9, 100], k, exhaustive=exhaustive, **kw)
+        assert len(docs) == min(k, len(matching))
+        assert all(passes(meta[d], kw) for d in docs)
+        assert_same((docs,) + ix.search([9, 100], k, exhaustive=exhaustive, **kw)[1:],
+                    tw.search([9, 100], k, **kw))
+    everything = ix.search([9], 1000, exhaustive=exhaustive, **kw)[0]
+    assert sorted(everything.tolist()) == matching
+
+
+def test_filters_do_not_change_the_scores(filter_corpus) -> None:
+    """df counts live docs whatever the filters: a filtered doc keeps its unfiltered score."""
+    ix, _, _ = filter_corpus
+    docs, scores, _ = ix.search([9, 105], 400)
+    full = dict(zip(docs.tolist(), scores.tolist()))
+    fdocs, fscores, _ = ix.search([9, 105], 400, session=1, min_importance=30)
+    assert len(fdocs) > 10
+    assert all(full[d] == s for d, s in zip(fdocs.tolist(), fscores.tolist()))
+
+
+# ---- removal and updates -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_removed_docs_are_never_returned(mod) -> None:
+    c = Corpus(11)
+    docs = [c.doc() for _ in range(3000)]
+    ix = build(mod.SearchIndex, docs)
+    removed = set(range(0, 3000, 3))
+    for d in removed:
+        ix.remove(d)
+        ix.remove(d)  # idempotent
+    assert ix.n_live == 2000 and ix.n_docs == 3000
+    assert not ix.is_live(0) and ix.is_live(1) and not ix.is_live(3000)
+    for _ in range(60):
+        got = ix.search(c.query(), 100)[0]
+        assert not set(got.tolist()) & removed
+    # the statistics forgot them as well: same scores as an index that never had them
+    fresh = build(mod.SearchIndex, [docs[d] for d in range(3000) if d not in removed])
+    for _ in range(30):
+        q = c.query()
+        a, b = ix.search(q, 50), fresh.search(q, 50)
+        assert np.array_equal(a[1], b[1])
+    with pytest.raises(ValueError):
+        ix.remove(3000)
+
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_update_returns_only_the_new_version(mod) -> None:
+    ix = mod.SearchIndex()
+    for d in range(50):
+        ix.add(d, [1000 + d, 5], [], [], [], 0, 0, 0, 50, d, d.to_bytes(16, "big"))
+    ix.add(50, [7777, 5], [], [], [], 0, 0, 0, 50, 50, (50).to_bytes(16, "big"))
+    ix.remove(50)
+    ix.add(51, [8888, 5], [], [], [], 0, 0, 0, 50, 51, (50).to_bytes(16, "big"))  # same message
+    assert ix.search([7777], 10)[0].tolist() == []
+    assert ix.search([8888], 10)[0].tolist() == [51]
+    assert 50 not in ix.search([5], 100)[0].tolist()
+    assert ix.n_live == 51
+
+
+def test_add_validates_its_arguments() -> None:
+    for mod in (compiled, twin):
+        ix = mod.SearchIndex()
+        ok = dict(content_keys=[1], summary_keys=[], tag_keys=[], tag_hashes=[], session=0,
+                  kind=0, tier=0, importance=50, timestamp=0, ulid=b"u" * 16)
+        with pytest.raises(ValueError):
+            ix.add(1, **ok)  # must be n_docs
+        for bad in ({"kind": 6}, {"tier": 4}, {"importance": 101}, {"session": -1},
+                    {"ulid": b"short"}):
+            with pytest.raises(ValueError):
+                ix.add(0, **{**ok, **bad})
+        assert ix.n_docs == 0
+        ix.add(0, **ok)
+        assert ix.n_docs == 1
+        with pytest.raises(ValueError):
+            ix.search([1], -1)
+        assert ix.search([], 5)[0].size == 0 and ix.search([1], 0)[0].size == 0
+
+
+# ---- CJK unigram expansion ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_unigram_query_finds_the_character_inside_bigrams(mod) -> None:
+    to, kyo, no = CJK[0], CJK[1], CJK[2]
+    ix = mod.SearchIndex()
+    ulid = iter(range(100))
+    add = lambda d, keys: ix.add(d, keys, [], [], [], 0, 0, 0, 50, d, next(ulid).to_bytes(16, "big"))
+    add(0, [bi(to, kyo)])              # 東京
+    add(1, [bi(kyo, to)])              # 京東
+    add(2, [uni(to)])                  # 東 alone
+    add(3, [bi(no, kyo)])              # の京: no 東
+    add(4, [11, 12])
+    assert sorted(ix.search([uni(to)], 10)[0].tolist()) == [0, 1, 2]
+    assert sorted(ix.search([uni(kyo)], 10)[0].tolist()) == [0, 1, 3]
+    assert ix.search([bi(to, kyo)], 10)[0].tolist() == [0]
+    # 東 and 東京 are two groups: doc 0 matches both and comes first
+    assert ix.search([uni(to), bi(to, kyo)], 10)[0].tolist()[0] == 0
+
+
+def test_unigram_groups_count_df_once_per_doc() -> None:
+    to, kyo = CJK[0], CJK[1]
+    c, ix, tw = random_index(21, 600)
+    for d in range(600, 700):
+        args = ([bi(to, kyo), bi(kyo, to), bi(to, to)], [bi(to, kyo)], [], [], 0, 0, 0, 50, d,
+                d.to_bytes(16, "big"))
+        ix.add(d, *args)
+        tw.add(d, *args)
+    for q in ([uni(to)], [uni(to), uni(kyo)], [uni(to), 5]):
+        assert_same(ix.search(q, 50), tw.search(q, 50))
+
+
+def test_with_the_real_tokenizer() -> None:
+    from convmem._core.tokenizer import token_keys
+    texts = ["東京で会議を開催しました", "京都の設定を確認", "Python の設定", "database server"]
+    ix = compiled.SearchIndex()
+    for d, t in enumerate(texts):
+        ix.add(d, token_keys(t), [], [], [], 0, 0, 0, 50, d, d.to_bytes(16, "big"))
+    assert ix.search(token_keys("東"), 10)[0].tolist() == [0]
+    assert sorted(ix.search(token_keys("京"), 10)[0].tolist()) == [0, 1]
+    assert sorted(ix.search(token_keys("設定"), 10)[0].tolist()) == [1, 2]
+    assert ix.search(token_keys("Database"), 10)[0].tolist() == [3]
+
+
+# ---- determinism -------------------------------------------------------------------------------
+
+def test_determinism_across_histories() -> None:
+    """The same live docs give the same results to the last bit however the index was built."""
+    c = Corpus(31, dup_rate=0.0)
+    docs = [c.doc() for _ in range(2500)]
+    queries = [(c.query(), c.filters()) for _ in range(60)]
+    live = set(range(0, 2500)) - set(range(5, 2500, 9))
+
+    def results(ix, ulid_of):
+        out = []
+        for q, kw in queries:
+            d, s, b = ix.search(q, 20, **kw)
+            out.append([(ulid_of(x), sc, tuple(bb)) for x, sc, bb in zip(d.tolist(), s.tolist(), b.tolist())])
+        return out
+
+    # history 1: in order, removing as we go
+    a = compiled.SearchIndex()
+    ua = []
+    for d, args in enumerate(docs):
+        a.add(d, *args)
+        ua.append(args[-1])
+        if d not in live:
+            a.remove(d)
+    ref = results(a, lambda x: ua[x])
+    # history 2: reversed order, extra docs added then removed, merges in between
+    b = compiled.SearchIndex()
+    ub = []
+    for i, d in enumerate(reversed(range(2500))):
+        b.add(len(ub), *docs[d])
+        ub.append(docs[d][-1])
+        if d not in live:
+            b.remove(len(ub) - 1)
+        if i % 700 == 0:
+            junk = c.doc()
+            b.add(len(ub), *junk)
+            ub.append(b"junk" + junk[-1][4:])
+            b.remove(len(ub) - 1)
+            b.merge_segments()
+    assert results(b, lambda x: ub[x]) == ref
+    # compacted, then saved and restored
+    cb, old_to_new = b.compacted()
+    new_to_old = {int(n): o for o, n in enumerate(old_to_new.tolist()) if n >= 0}
+    assert cb.n_docs == cb.n_live == len(live)
+    assert results(cb, lambda x: ub[new_to_old[x]]) == ref
+    restored = compiled.SearchIndex.from_arrays(cb.to_arrays())
+    assert results(restored, lambda x: ub[new_to_old[x]]) == ref
+    restored_a = compiled.SearchIndex.from_arrays(a.to_arrays())
+    assert results(restored_a, lambda x: ua[x]) == ref
+    # and the twin agrees with all of them
+    tw = build(twin.SearchIndex, [docs[d] for d in sorted(live)])
+    kept = sorted(live)
+    assert results(tw, lambda x: ua[kept[x]]) == ref
+
+
+def test_compacted_renumbers_densely_in_order() -> None:
+    c, ix, tw = random_index(41, 1800, remove_rate=0.3)
+    new, old_to_new = ix.compacted()
+    newt, old_to_new_t = tw.compacted()
+    assert np.array_equal(old_to_new, old_to_new_t)
+    live = [d for d in range(ix.n_docs) if ix.is_live(d)]
+    assert old_to_new[live].tolist() == list(range(len(live)))
+    assert all(old_to_new[d] == -1 for d in range(ix.n_docs) if not ix.is_live(d))
+    assert new.n_docs == new.n_live == len(live)
+    a, b = new.to_arrays(), newt.to_arrays()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+    # it stays usable: adds after compaction match the twin
+    for d in range(new.n_docs, new.n_docs + 300):
+        args = c.doc()
+        new.add(d, *args)
+        newt.add(d, *args)
+    for _ in range(30):
+        q = c.query()
+        assert_same(new.search(q, 20), newt.search(q, 20))
+
+
+# ---- snapshot arrays ---------------------------------------------------------------------------
+
+def test_to_arrays_is_the_same_in_both_modules() -> None:
+    _, ix, tw = random_index(51, 2200, remove_rate=0.2)
+    a, b = ix.to_arrays(), tw.to_arrays()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == b[key].dtype and np.array_equal(a[key], b[key]), key
+    assert int(a["format"]) == compiled.ARRAYS_FORMAT
+
+
+def test_from_arrays_borrows_read_only_mmap_and_copies_on_write(tmp_path: Path) -> None:
+    c, ix, tw = random_index(61, 2200, remove_rate=0.1)
+    arrays = ix.to_arrays()
+    for name, arr in arrays.items():
+        np.save(tmp_path / f"{name}.npy", arr)
+    mapped = {name: np.load(tmp_path / f"{name}.npy", mmap_mode="r") for name in arrays}
+    loaded = compiled.SearchIndex.from_arrays(mapped)
+    twin_loaded = twin.SearchIndex.from_arrays(tw.to_arrays())
+    assert loaded.n_docs == ix.n_docs and loaded.n_live == ix.n_live
+    for _ in range(30):
+        q = c.query()
+        assert_same(loaded.search(q, 20), ix.search(q, 20))
+    # mutate the loaded index: the mapped files must not change
+    before = {name: np.array(arr) for name, arr in mapped.items()}
+    for d in range(loaded.n_docs, loaded.n_docs + 2500):
+        args = c.doc()
+        for x in (loaded, twin_loaded):
+            x.add(d, *args)
+    for d in range(0, loaded.n_docs, 5):
+        loaded.remove(d)
+        twin_loaded.remove(d)
+    for _ in range(30):
+        q, kw = c.query(), c.filters()
+        assert_same(loaded.search(q, 20, **kw), twin_loaded.search(q, 20, **kw))
+    for name, arr in mapped.items():
+        assert np.array_equal(arr, before[name]), name
+
+
+def test_from_arrays_rejects_inconsistent_arrays() -> None:
+    _, ix, _ = random_index(71, 300)
+    good = ix.to_arrays()
+    bad_cases = {
+        "format": np.array(99, dtype=np.int64),
+        "doc_meta": good["doc_meta"][:-1],
+        "term_table": np.zeros(100, dtype=np.uint32),
+        "post_offsets_content": good["post_offsets_content"][::-1].copy(),
+        "post_terms_summary": good["post_terms_summary"] + np.uint32(10**6),
+        "tag_offsets": good["tag_offsets"] + 1,
+        "doc_lens": good["doc_lens"].astype(np.int64),
+    }
+    for name, value in bad_cases.items():
+        with pytest.raises(ValueError):
+            compiled.SearchIndex.from_arrays({**good, name: value})
+    compiled.SearchIndex.from_arrays(good)
+
+
+def test_empty_index_round_trips() -> None:
+    for mod in (compiled, twin):
+        ix = mod.SearchIndex()
+        ix.merge_segments()
+        new, o2n = ix.compacted()
+        assert o2n.shape == (0,) and new.n_docs == 0
+        back = mod.SearchIndex.from_arrays(ix.to_arrays())
+        assert back.n_docs == 0 and back.search([1], 5)[0].size == 0
+        back.add(0, [1], [], [], [], 0, 0, 0, 50, 0, b"x" * 16)
+        assert back.search([1], 5)[0].tolist() == [0]
+
+
+# ---- memory accounting -------------------------------------------------------------------------
+
+TRACE_SCRIPT = textwrap.dedent("""
+    import gc, json, sys, tracemalloc
+    import numpy as np
+    from convmem._core.index import SearchIndex
+    n = int(sys.argv[1])
+    rng = np.random.default_rng(n)
+    words = rng.integers(1, 2**62, 20000, dtype=np.uint64)
+    docs = [words[np.minimum(rng.zipf(1.2, int(rng.integers(20, 60))), 20000) - 1]
+            for _ in range(n)]
+    ulids = [rng.bytes(16) for _ in range(n)]
+    tags = [np.array([d % 7], dtype=np.uint64) for d in range(n)]
+    for a in docs + tags:
+        memoryview(a)  # numpy caches buffer info on each array at first export: not the index's
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    ix = SearchIndex()
+    for d in range(n):
+        ix.add(d, docs[d], docs[d], [], tags[d], d % 5, d % 6, d % 4, 50, d, ulids[d])
+        if d % 10 == 0:
+            ix.remove(d // 2)
+    ix.search(docs[0][:3], 20)
+    gc.collect()
+    traced = tracemalloc.get_traced_memory()[0] - base
+    print(json.dumps({"traced": traced, "nbytes": ix.nbytes()}))
+""")
+
+
+@pytest.mark.parametrize("n", [3000, 20000, 60000])
+def test_nbytes_matches_tracemalloc(n: int) -> None:
+    root = str(Path(convmem.__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": root}
+    out = subprocess.run([sys.executable, "-c", TRACE_SCRIPT, str(n)], capture_output=True,
+                         text=True, env=env, check=True)
+    rep = json.loads(out.stdout)
+    total = sum(rep["nbytes"].values())
+    assert set(rep["nbytes"]) == {"postings", "terms", "doc_columns", "scratch"}
+    assert abs(total - rep["traced"]) <= 0.10 * rep["traced"], rep
+
+
+def test_nbytes_grows_with_the_corpus_and_counts_scratch() -> None:
+    _, ix, _ = random_index(81, 500)
+    small = ix.nbytes()
+    c = Corpus(82)
+    for d in range(ix.n_docs, ix.n_docs + 5000):
+        ix.add(d, *c.doc())
+    big = ix.nbytes()
+    assert big["postings"] > small["postings"] and big["doc_columns"] > small["doc_columns"]
+    ix.search(c.query(), 10)
+    assert ix.nbytes()["scratch"] >= 4 * 3 * ix.n_docs
+
+
+# ---- state machine against the twin ------------------------------------------------------------
+
+class IndexMachine(RuleBasedStateMachine):
+    """Random interleavings of add, remove, search, merge, compaction and save/restore."""
+
+    @initialize(seed=st.integers(0, 2**16))
+    def setup(self, seed: int) -> None:
+        self.corpus = Corpus(seed, vocab=40, dup_rate=0.2)
+        self.ix = compiled.SearchIndex()
+        self.ix._set_prune_min(0)
+        self.tw = twin.SearchIndex()
+
+    @rule(n=st.integers(1, 400))
+    def add(self, n: int) -> None:
+        for _ in range(n):
+            args = self.corpus.doc()
+            d = self.ix.n_docs
+            self.ix.add(d, *args)
+            self.tw.add(d, *args)
+
+    @precondition(lambda self: self.ix.n_docs > 0)
+    @rule(data=st.data())
+    def remove(self, data) -> None:
+        for d in data.draw(st.lists(st.integers(0, self.ix.n_docs - 1), max_size=40)):
+            self.ix.remove(d)
+            self.tw.remove(d)
+
+    @rule(k=st.sampled_from([1, 5, 20, 100]), exhaustive=st.booleans())
+    def search(self, k: int, exhaustive: bool) -> None:
+        for _ in range(5):
+            q, kw = self.corpus.query(), self.corpus.filters()
+            assert_same(self.ix.search(q, k, exhaustive=exhaustive, **kw), self.tw.search(q, k, **kw))
+
+    @rule()
+    def merge(self) -> None:
+        self.ix.merge_segments()
+
+    @rule()
+    def compact(self) -> None:
+        self.ix, o2n = self.ix.compacted()
+        self.ix._set_prune_min(0)
+        self.tw, o2n_t = self.tw.compacted()
+        assert np.array_equal(o2n, o2n_t)
+
+    @rule()
+    def save_and_restore(self) -> None:
+        arrays = self.ix.to_arrays()
+        for a in arrays.values():
+            a.flags.writeable = False
+        self.ix = compiled.SearchIndex.from_arrays(arrays)
+        self.ix._set_prune_min(0)
+        self.tw = twin.SearchIndex.from_arrays(self.tw.to_arrays())
+
+    @invariant()
+    def counts_agree(self) -> None:
+        assert (self.ix.n_docs, self.ix.n_live) == (self.tw.n_docs, self.tw.n_live)
+
+
+IndexMachine.TestCase.settings = settings(
+    max_examples=25, stateful_step_count=12, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestIndexMachine = IndexMachine.TestCase
