@@ -42,6 +42,7 @@ CURSOR_KEY_NAME = "cursor.key"
 COMPACT_NAME = "messages.log.compact"
 FLAG_HAS_SUMMARY = 1
 _EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
+_REVISION = struct.Struct("<I")  # at payload offset 32 (docs/FORMAT.md)
 
 Record = tuple  # decoded MESSAGE payload: see codec.decode_message
 
@@ -1036,6 +1037,7 @@ class MemoryStore:
             pending: list[bytes] = []
             pending_size = 0
             last_off = -1
+            updated = 0  # live versions with revision > 1: they stay update records
             for i, slot in enumerate(live_slots.tolist()):
                 old_doc = int(self._slot_doc.data[slot])
                 data = self._log.read(int(self._doc_offset.data[old_doc]), int(self._doc_len.data[old_doc]))
@@ -1044,6 +1046,8 @@ class MemoryStore:
                 except codec.CorruptRecord as exc:
                     raise ConvMemError(CORRUPT_STORE, "log record at byte offset "
                                        f"{int(self._doc_offset.data[old_doc]) + exc.offset} is damaged: {exc.reason}") from None
+                if _REVISION.unpack_from(data, poff + 32)[0] > 1:
+                    updated += 1
                 frame = codec.encode_record(codec.REC_MESSAGE, base + i + 1, data[poff:poff + plen])
                 new_doc = int(old_to_new[old_doc])
                 doc_offset[new_doc] = pos
@@ -1061,7 +1065,7 @@ class MemoryStore:
             io.flush_calls += 1
             meta, arrays = self._compacted_state(live_slots, old_to_new, new_ix, doc_offset, doc_len)
             meta.update(log_id=log_id.hex(), covered_end=pos, last_seq=self._last_seq,
-                        last_record_offset=last_off, update_records=0, deleted_messages=0,
+                        last_record_offset=last_off, update_records=updated, deleted_messages=0,
                         live_bytes=int(doc_len.sum()))
             # The snapshot is written to its .tmp name first; the two renames come after.
             snap_tmp = self.directory / (SNAPSHOT_NAME + ".next")

@@ -463,6 +463,8 @@ def test_rebuild_compacts_and_reports(store, store_dir):
     h2 = store.get_system_health()
     assert h2["log_size"] == r["bytes_after"] and h2["dead_bytes"] == 0
     assert h2["deleted_messages"] == 0 and h2["last_sequence"] == h["last_sequence"]
+    # The surviving version has revision 2: still an update record, after a reopen too.
+    assert h2["update_records"] == 1
     for f in store_dir.iterdir():
         data = f.read_bytes()
         for secret in (b"secret-gone-text", b"secret-tag", b"secret-summary", b"secret-session",
@@ -472,6 +474,12 @@ def test_rebuild_compacts_and_reports(store, store_dir):
     assert [x["message_id"] for x in store.search_messages(query="keep")["results"]] == [keep]
     assert [x["message_id"] for x in store.search_messages(query="keep", session_id="s1")["results"]] == [keep]
     assert store.read_messages(view="sessions")["sessions"][0]["session_id"] == "s1"
+    store.close()
+    (store_dir / "snapshot.bin").unlink()  # replayed from the compacted log alone
+    with MemoryStore.open(store_dir) as again:
+        h3 = again.get_system_health()
+        assert (h3["update_records"], h3["deleted_messages"], h3["dead_bytes"]) == (1, 0, 0)
+        assert h3["last_sequence"] == h["last_sequence"] and h3["active_messages"] == 1
 
 
 def test_health_shape_and_exact_counters(store):
