@@ -19,6 +19,11 @@ frames) is searched for convmem frames:
 - no convmem frame at all -> "outside" (interpreter, test harness; reported, not compared).
 Bodies are not held in memory by the store (body_bytes is 0), so they have no category here.
 
+A reopened store maps its snapshot file (mmap) and uses the arrays in place: those bytes are not
+heap allocations and tracemalloc cannot see them. The script therefore also reports the mappings
+of files inside the store directory (/proc/self/smaps: mapped size and resident bytes), and the
+total ratio estimate / (convmem-traced + mapped).
+
     python benchmarks/memory_accuracy.py --sizes 10000,100000
 Writes benchmarks/results/memory_accuracy.json.
 """
@@ -80,6 +85,30 @@ def classify(frames: list[tuple[str, int]], index_lines: set[int]) -> str:
     return "store_entries_bytes"
 
 
+def store_mappings(store_dir: Path) -> dict[str, Any]:
+    """Mapped size and resident bytes (/proc/self/smaps) of files under store_dir, and per file."""
+    root = str(store_dir.resolve())
+    per_file: dict[str, int] = {}
+    size_kb = rss_kb = 0
+    current = ""
+    try:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                head = line.split(maxsplit=5)
+                if head and "-" in head[0] and not head[0].endswith(":"):
+                    path = head[5].strip() if len(head) == 6 else ""
+                    current = Path(path).name if path.startswith(root) else ""
+                elif current and head[0] == "Size:":
+                    size_kb += int(head[1])
+                    per_file[current] = per_file.get(current, 0) + int(head[1]) * 1024
+                elif current and head[0] == "Rss:":
+                    rss_kb += int(head[1])
+    except OSError:
+        return {"mapped_bytes": -1, "mapped_resident_bytes": -1, "mapped_files": {}}
+    return {"mapped_bytes": size_kb * 1024, "mapped_resident_bytes": rss_kb * 1024,
+            "mapped_files": per_file}
+
+
 def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
     """Run in a fresh interpreter: trace one phase, compare the estimate with traced bytes."""
     from convmem import MemoryStore
@@ -100,6 +129,7 @@ def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
     tracemalloc.stop()
     health = store.get_system_health()
     est = health["memory_estimate"]
+    mapped = store_mappings(store_dir)
     traced = dict.fromkeys((*CATEGORIES, "store_io", "outside"), 0)
     for trace in snap.traces:
         frames = [(fr.filename, fr.lineno) for fr in trace.traceback]
@@ -115,11 +145,15 @@ def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
         "phase": phase, "seconds_under_tracemalloc": elapsed,
         "active_messages": health["active_messages"], "memory_estimate": est,
         "traced_by_category": traced, "traced_current": traced_current, "traced_peak": traced_peak,
+        **mapped,
         "ratio_estimate_over_traced": {
             c: (estimate[c] / traced[c] if traced[c] else None) for c in CATEGORIES},
     }
     out["ratio_estimate_over_traced"]["total_vs_convmem_attributed"] = est["total_bytes"] / convmem_traced
     out["ratio_estimate_over_traced"]["total_vs_all_traced"] = est["total_bytes"] / traced_current
+    if mapped["mapped_bytes"] >= 0:
+        out["ratio_estimate_over_traced"]["total_vs_convmem_traced_plus_mapped"] = (
+            est["total_bytes"] / (convmem_traced + mapped["mapped_bytes"]))
     store.close()
     return out
 
@@ -152,6 +186,12 @@ def print_result(size: int, r: dict[str, Any]) -> None:
           f"{ratios['total_vs_convmem_attributed']:>12.3f}")
     print(f"{'total: estimate / all traced':<34}{est['total_bytes'] / 1e6:>13.2f}"
           f"{r['traced_current'] / 1e6:>13.2f}{ratios['total_vs_all_traced']:>12.3f}")
+    if "total_vs_convmem_traced_plus_mapped" in ratios:
+        both = sum(r["traced_by_category"][c] for c in (*CATEGORIES, "store_io")) + r["mapped_bytes"]
+        print(f"{'mapped store files (resident MB)':<34}{'':>13}{r['mapped_bytes'] / 1e6:>13.2f}"
+              f"{'(' + format(r['mapped_resident_bytes'] / 1e6, '.2f') + ')':>12}")
+        print(f"{'total: estimate / (traced+mapped)':<34}{est['total_bytes'] / 1e6:>13.2f}"
+              f"{both / 1e6:>13.2f}{ratios['total_vs_convmem_traced_plus_mapped']:>12.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
