@@ -202,11 +202,17 @@ def test_pruning_with_many_ties() -> None:
     for d in range(600):
         keys = [common] * (1 + d % 3) + ([rare] if d % 7 == 0 else [])
         ix.add(d, keys, [], [], [], 0, d % 2, 0, 50 + d % 2, d % 5, d.to_bytes(16, "big"))
-    for k in (1, 5, 20, 200):
-        got = ix.search([rare, common], k)
-        assert ix.last_pruned
-        assert_same(got, ix.search([rare, common], k, exhaustive=True))
-        assert_same(got, ix.search([rare, common], k, exhaustive=True))
+    ix.merge_segments()
+    for d in range(600, 700):  # some in the summary and tags fields too, some in the buffer
+        ix.add(d, [common] * (d % 2), [common], [common] * (d % 3), [], 0, 0, 0, 50, d % 5,
+               d.to_bytes(16, "big"))
+    for q in ([rare, common], [common], [rare]):
+        for k in (1, 5, 20, 200):
+            got = ix.search(q, k)
+            assert ix.last_pruned
+            assert_same(got, ix.search(q, k, exhaustive=True))
+            filtered = ix.search(q, k, kind_mask=0b10, min_importance=51)
+            assert_same(filtered, ix.search(q, k, kind_mask=0b10, min_importance=51, exhaustive=True))
 
 
 # ---- filters -----------------------------------------------------------------------------------

@@ -163,3 +163,5 @@ cdef class SearchIndex:
     cdef int _grow_scratch(self) except -1
     cdef int _prepare(self, Query* q) except -1
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1
+    cdef tuple _search_single(self, Query* q, const Group* groups, const PList* lists,
+                              const uint32_t* gterms, int64_t k)

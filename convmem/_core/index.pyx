@@ -413,8 +413,10 @@ cdef inline double _group_total(const Query* q, uint32_t d, uint32_t w, double i
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
-    """Sum the group's tfs per doc and field into q.tfacc for docs that pass the filters.
+cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
+                    bint skip_content=False) noexcept nogil:
+    """Sum the group's tfs per doc and field into q.tfacc for docs that pass the filters
+    (without the content lists of the segments if skip_content).
 
     Returns the number of docs touched, listed in q.gt.
     """
@@ -426,6 +428,8 @@ cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
         f = L.field
+        if skip_content and f == 0:
+            continue
         for i in range(L.n):
             d = L.docs[i]
             if not q.okmeta[q.meta[d]]:
@@ -584,6 +588,84 @@ cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
         h[n - 1] = tmp
         n -= 1
         _sift_down(q, h, n, 0)
+
+
+# -- one query term
+
+@cython.cdivision(True)
+cdef inline void _content_cut(const Query* q, double theta, double idf, double* cut) noexcept nogil:
+    """Coefficients of a division-free test that a content-only doc cannot reach theta.
+
+    Such a doc scores idf * x / (k1 + x) with x = w_c * tf / ((1 - b_c) + b_c * len / avgdl_c);
+    it is below theta when x < k1 * r / (1 - r), r = theta / idf, that is when
+    cut[0] * tf < cut[1] + cut[2] * len. Every side carries a 1e-9 margin towards keeping the doc.
+    """
+    cdef double r = theta * (1.0 - EPS) / idf, xth
+    if r >= 1.0:
+        r = 1.0 - 1e-12                               # nothing reaches idf: all fail but stay exact
+    xth = q.k1 * r / (1.0 - r) * (1.0 - EPS)
+    cut[0] = q.w[0] * q.avgdl[0] * (1.0 + EPS)
+    cut[1] = xth * (1.0 - q.b[0]) * q.avgdl[0]
+    cut[2] = xth * q.b[0]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _single(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
+                     int64_t k, HeapItem* heap) noexcept nogil:
+    """Top k for a query of one term (one key): no accumulators.
+
+    The postings of the other fields and of the buffer go to q.tfacc first; the content lists
+    then stream straight into the heap (docs that also occur elsewhere are finished from q.tfacc),
+    skipping the docs that the division-free test of _content_cut rules out. Heap items keep the
+    packed tfs in `i` so that the breakdown is recomputed exactly at the end.
+    """
+    cdef int64_t ng, li, i, j, nh = 0
+    cdef const PList* L
+    cdef uint32_t d, w, tf
+    cdef double cut[3]
+    cdef double s
+    cdef double p[3]
+    cdef const uint32_t* lens = q.lens
+    cut[0] = 0.0
+    cut[1] = -1.0
+    cut[2] = 0.0
+    ng = _pass1(q, g, lists, gterms, True)
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        if L.field != 0:
+            continue
+        for i in range(L.n):
+            d = L.docs[i]
+            if not q.okmeta[q.meta[d]]:
+                continue
+            if q.extra and not _extra_ok(q, d):
+                continue
+            w = q.tfacc[d]
+            if w != 0:                                # also in another field: finished below
+                q.tfacc[d] = _tf_add(w, 0, L.tfs[i])
+                continue
+            tf = L.tfs[i]
+            if cut[0] * <double>tf < cut[1] + cut[2] * <double>lens[3 * <int64_t>d]:
+                continue
+            p[0] = 0.0
+            p[1] = 0.0
+            p[2] = 0.0
+            _add_parts(q, d, tf, g.idf, p)
+            s = (p[0] + p[1]) + p[2]
+            nh = _heap_offer(q, heap, nh, k, s, d, tf)
+            if nh == k:
+                _content_cut(q, heap[0].s, g.idf, cut)
+    for j in range(ng):
+        d = q.gt[j]
+        w = q.tfacc[d]
+        q.tfacc[d] = 0
+        p[0] = 0.0
+        p[1] = 0.0
+        p[2] = 0.0
+        _add_parts(q, d, w, g.idf, p)
+        nh = _heap_offer(q, heap, nh, k, (p[0] + p[1]) + p[2], d, w)
+    return nh
 
 
 # -- pruning
@@ -1506,6 +1588,9 @@ cdef class SearchIndex:
             total += groups[j].n_postings
         pruned = not exhaustive and G >= 2 and total >= self.prune_min
         self.last_pruned = pruned
+        if not exhaustive and G == 1 and groups[0].key_hi - groups[0].key_lo == 1:
+            self.last_pruned = True
+            return self._search_single(&q, groups, lists, gterms, k)
         if pruned:
             garr_reserve(&self._q_order, G)
             garr_reserve(&self._q_rest, G)
@@ -1544,6 +1629,34 @@ cdef class SearchIndex:
             o_bd[j, 0] = a[0]
             o_bd[j, 1] = a[1]
             o_bd[j, 2] = a[2]
+        return docs, scores, breakdown
+
+    cdef tuple _search_single(self, Query* q, const Group* groups, const PList* lists,
+                              const uint32_t* gterms, int64_t k):
+        cdef HeapItem* heap
+        cdef int64_t nh, j
+        cdef double p[3]
+        garr_reserve(&self._q_heap, k + 1)
+        heap = <HeapItem*>self._q_heap.data
+        with nogil:
+            nh = _single(q, &groups[0], lists, gterms, k, heap)
+            _heap_sort(q, heap, nh)
+        docs = np.empty(nh, dtype=np.int64)
+        scores = np.empty(nh, dtype=np.float64)
+        breakdown = np.empty((nh, 3), dtype=np.float64)
+        cdef int64_t[::1] o_docs = docs
+        cdef double[::1] o_scores = scores
+        cdef double[:, ::1] o_bd = breakdown
+        for j in range(nh):
+            p[0] = 0.0
+            p[1] = 0.0
+            p[2] = 0.0
+            _add_parts(q, heap[j].d, heap[j].i, groups[0].idf, p)
+            o_docs[j] = heap[j].d
+            o_scores[j] = heap[j].s
+            o_bd[j, 0] = p[0]
+            o_bd[j, 1] = p[1]
+            o_bd[j, 2] = p[2]
         return docs, scores, breakdown
 
     def _set_prune_min(self, int64_t n) -> None:
