@@ -650,3 +650,43 @@ IndexMachine.TestCase.settings = settings(
     max_examples=25, stateful_step_count=12, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestIndexMachine = IndexMachine.TestCase
+
+
+def test_threads_can_share_an_index() -> None:
+    """Searches (which release the GIL) run while another thread adds, removes and merges."""
+    import threading
+    c = Corpus(91)
+    docs = [c.doc() for _ in range(6000)]
+    queries = [c.query() for _ in range(50)]
+    ix = compiled.SearchIndex()
+    ix._set_prune_min(0)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not done.is_set():
+                for q in queries:
+                    d, s, b = ix.search(q, 10)
+                    assert np.all(s[:-1] >= s[1:])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for d, args in enumerate(docs):
+            ix.add(d, *args)
+            if d % 50 == 0:
+                ix.remove(d // 2)
+            if d % 2000 == 1999:
+                ix.merge_segments()
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert not errors
+    tw = build(twin.SearchIndex, docs, {d // 2 for d in range(0, 6000, 50)})
+    for q in queries[:10]:
+        assert_same(ix.search(q, 10), tw.search(q, 10))

@@ -150,6 +150,7 @@ cdef class SearchIndex:
     cdef uint32_t _epoch
     cdef uint32_t _gepoch
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
+    cdef object _lock       # RLock held by every public method that touches the index
     cdef readonly int64_t prune_min     # queries touching fewer postings are scored exhaustively
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
 

@@ -19,6 +19,9 @@ capacities):
   counter: O(log N) segments, each posting copied O(log N) times). Merges drop dead docs.
 - Scoring scratch (persistent, grown with the corpus, reset only where touched): per-doc packed
   group tfs, a query mark, three breakdown accumulators, touched-doc lists.
+
+The scoring and merge loops run without the GIL; every public method that reads or changes the
+index holds the index's own lock, so threads may share an index (one operation at a time).
 """
 cimport cython
 cimport numpy as cnp
@@ -27,6 +30,8 @@ from libc.math cimport log
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
+
+import threading
 
 import numpy as np
 
@@ -963,6 +968,7 @@ cdef class SearchIndex:
         self._epoch = 0
         self._gepoch = 0
         self.prune_min = IX_PRUNE_MIN
+        self._lock = threading.RLock()
         self.last_pruned = False
 
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)):
@@ -1098,6 +1104,12 @@ cdef class SearchIndex:
     def add(self, int64_t doc, content_keys, summary_keys, tag_keys, tag_hashes, int64_t session,
             int kind, int tier, int importance, int64_t timestamp, ulid) -> None:
         """Add doc number `doc` (must be `n_docs`); keys are uint64 arrays (docs/DESIGN.md 1)."""
+        with self._lock:
+            self._add(doc, content_keys, summary_keys, tag_keys, tag_hashes, session, kind, tier,
+                      importance, timestamp, ulid)
+
+    def _add(self, int64_t doc, content_keys, summary_keys, tag_keys, tag_hashes,
+             int64_t session, int kind, int tier, int importance, int64_t timestamp, ulid):
         cdef const uint64_t[::1] ck = _keys_array(content_keys)
         cdef const uint64_t[::1] sk = _keys_array(summary_keys)
         cdef const uint64_t[::1] tk = _keys_array(tag_keys)
@@ -1232,6 +1244,10 @@ cdef class SearchIndex:
 
     def remove(self, int64_t doc) -> None:
         """Take doc out of results and statistics at once; removing a removed doc does nothing."""
+        with self._lock:
+            self._remove(doc)
+
+    def _remove(self, int64_t doc):
         cdef uint8_t* meta
         cdef const uint32_t* ln
         cdef const uint8_t* p
@@ -1396,6 +1412,10 @@ cdef class SearchIndex:
 
     def merge_segments(self) -> None:
         """Flush the buffer and merge everything into one segment, dropping dead docs."""
+        with self._lock:
+            self._merge_segments()
+
+    def _merge_segments(self):
         cdef list segs
         cdef _Segment m
         self._flush()
@@ -1549,6 +1569,12 @@ cdef class SearchIndex:
                int64_t tier_mask=0x0F, int64_t min_importance=0, tag_hashes=None,
                bint exhaustive=False):
         """Top k live docs for the query keys, best first: (docs, scores, breakdown[n, 3])."""
+        with self._lock:
+            return self._search(query_keys, k, session, kind_mask, tier_mask, min_importance,
+                                tag_hashes, exhaustive)
+
+    def _search(self, query_keys, Py_ssize_t k, int64_t session, int64_t kind_mask,
+                int64_t tier_mask, int64_t min_importance, tag_hashes, bint exhaustive):
         cdef const uint64_t[::1] qk = _keys_array(query_keys)
         cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
         cdef Query q
@@ -1668,6 +1694,10 @@ cdef class SearchIndex:
     def compacted(self):
         """A new index holding only the live docs, renumbered densely in their old order, in one
         segment, without the terms no live doc holds; and old_to_new (int64, -1 for dead docs)."""
+        with self._lock:
+            return self._compacted()
+
+    def _compacted(self):
         cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
                                           (self._b[0], self._b[1], self._b[2]))
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
@@ -1715,7 +1745,7 @@ cdef class SearchIndex:
                 nt += toff[i + 1] - toff[i]
                 nf += foff[i + 1] - foff[i]
         garr_reserve(&out._tag_val, nt)
-        garr_reserve(&out._fwd, nf + 4 * nl)         # renumbered gaps are never longer
+        garr_reserve(&out._fwd, nf)                   # a live doc keeps all its terms: gaps shrink
         ofwd = <uint8_t*>out._fwd.data
         o = 0
         nt = 0
@@ -1781,9 +1811,13 @@ cdef class SearchIndex:
     def to_arrays(self) -> dict:
         """Everything `from_arrays` needs (merges the segments first). The postings arrays are
         the index's own read-only arrays; the rest are copies."""
+        with self._lock:
+            return self._to_arrays()
+
+    def _to_arrays(self):
         cdef int64_t n = self._n_docs, T = self._t_keys.len
         cdef int f
-        self.merge_segments()
+        self._merge_segments()
         out = {
             "format": np.array(IX_ARRAYS_FORMAT, dtype=np.int64),
             "n_docs": np.array(n, dtype=np.int64),
