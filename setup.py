@@ -35,6 +35,8 @@ if DEBUG:
     cflags = ["-O0", "-g", "-Wall"]
 else:
     cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+# Scores must be bit-identical to the pure-Python oracle: never fuse multiply-adds.
+cflags.append("-ffp-contract=off")
 
 only = os.environ.get("CONVMEM_BUILD_ONLY")  # developer aid: build a subset, e.g. "tokenizer"
 selected = [m for m in MODULES if not only or m in only.split(",")]
