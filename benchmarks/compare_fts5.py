@@ -271,7 +271,9 @@ def worker_build(engine_name: str, corpus_file: Path, store_dir: Path) -> dict[s
     gc.collect()
     out = {"build_s": build_s, "rss_before_kb": rss0, "rss_after_build_kb": proc_status_kb("VmRSS"),
            "rss_peak_kb": proc_status_kb("VmHWM")}
-    engine.close()
+    t0 = time.perf_counter()
+    engine.close()  # convmem writes its snapshot here if records arrived since the last one
+    out["close_s"] = time.perf_counter() - t0
     out["disk_bytes"] = dir_bytes(store_dir)
     if engine_name == "fts5":
         out["tokenizer"] = engine.tokenizer_kind
@@ -367,7 +369,7 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     if {"convmem", "fts5"} <= set(args.engines):
         c, f = result["engines"]["convmem"], result["engines"]["fts5"]
         ratios = {key: c[key] / f[key] for key in
-                  ("build_s", "disk_bytes", "rss_after_build_kb", "rss_peak_kb",
+                  ("build_s", "close_s", "disk_bytes", "rss_after_build_kb", "rss_peak_kb",
                    "open_first_query_s", "rss_after_open_kb") if f.get(key, 0) > 0}
         for p in ("p50", "p95", "p99", "mean"):
             ratios[f"query_{p}"] = c["query_ms"][p] / f["query_ms"][p]
@@ -391,6 +393,8 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"{label:<26}" + "".join(f"{fmt(v):>14}" for v in vals) + tail)
 
     row("build (s)", "build_s", lambda v: f"{v:.2f}")
+    if all("close_s" in r["engines"][n] for n in names):
+        row("close after build (s)", "close_s", lambda v: f"{v:.2f}")
     row("disk (MB)", "disk_bytes", lambda v: f"{v / 1e6:.1f}")
     row("RSS after build (MB)", "rss_after_build_kb", lambda v: f"{v / 1024:.1f}")
     row("RSS peak in build (MB)", "rss_peak_kb", lambda v: f"{v / 1024:.1f}")
