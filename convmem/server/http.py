@@ -93,6 +93,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host.strip("[]"), port))
+    # Listen now: the URL is announced before uvicorn starts, and a client that connects at
+    # once must wait in the backlog instead of being refused.
+    sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
