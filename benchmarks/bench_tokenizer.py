@@ -79,6 +79,8 @@ def japanese_share(text: str) -> float:
 
 def _report(benchmark: pytest.FixtureRequest, name: str, text: str, capsys: pytest.CaptureFixture[str]) -> None:
     nbytes = len(text.encode())
+    if benchmark.stats is None:  # --benchmark-disable (CI's smoke run): nothing was timed
+        return
     mb_s = nbytes / benchmark.stats.stats.median / 1e6
     share = japanese_share(text)
     benchmark.extra_info.update(mb_per_s=round(mb_s, 1), bytes=nbytes, japanese_share=round(share, 3))
