@@ -39,3 +39,17 @@ def pytest_configure(config) -> None:
 
         if CORE_KIND != "compiled":
             raise pytest.UsageError(f"the compiled core is required, {CORE_KIND} is loaded")
+
+
+def pytest_addoption(parser) -> None:
+    parser.addoption("--run-slow", action="store_true", help="also run the long soak tests")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    # Soak tests are opt-in: deselected (not skipped) unless --run-slow is given.
+    if config.getoption("--run-slow"):
+        return
+    keep = [item for item in items if "slow" not in item.keywords]
+    if len(keep) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if "slow" in i.keywords])
+        items[:] = keep

@@ -81,7 +81,10 @@ def check(data_dir: str, acked: dict[str, int | None]) -> None:
         assert h["last_error"] == "", h["last_error"]
 
 
-@pytest.mark.parametrize("rounds", [12])
+@pytest.mark.parametrize("rounds", [
+    12,
+    pytest.param(150, marks=pytest.mark.slow),  # the soak run: pytest --run-slow
+])
 def test_acknowledged_writes_survive_sigkill(tmp_path, rounds):
     data_dir = str(tmp_path / "data")
     rng = random.Random(1234)
