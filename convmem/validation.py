@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from ._core.codec import ulid_str  # noqa: F401  (the text form of ids, compiled)
 from .errors import VALIDATION_ERROR, ConvMemError
 
 ROLES = ("user", "assistant", "system")
@@ -85,11 +86,6 @@ def ulid(name: str, value: Any) -> bytes:
         raise fail(f"{name} must be a canonical 26-character ULID")
     # Crockford's digits mapped onto int()'s base-32 digits (0-9, A-V).
     return int(value.translate(_CROCKFORD_TO_B32), 32).to_bytes(16, "big")
-
-
-def ulid_str(data: bytes) -> str:
-    n = int.from_bytes(data, "big")
-    return "".join(_CROCKFORD[(n >> shift) & 31] for shift in range(125, -1, -5))
 
 
 def json_arg(name: str, value: Any) -> Any:

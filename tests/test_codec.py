@@ -699,3 +699,18 @@ def test_fuzz_mutated_records(data):
     body[pos] = data.draw(st.integers(0, 255))
     assert outcome(compiled.decode_message, bytes(body)) == outcome(twin.decode_message,
                                                                     bytes(body))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=16, max_size=16))
+def test_ulid_str_matches_twin_and_python_ulid(data):
+    import ulid as python_ulid
+
+    text = compiled.ulid_str(data)
+    assert text == twin.ulid_str(data) == str(python_ulid.ULID.from_bytes(data))
+
+
+def test_ulid_str_rejects_wrong_length():
+    for mod in (compiled, twin):
+        with pytest.raises(ValueError):
+            mod.ulid_str(b"x" * 15)

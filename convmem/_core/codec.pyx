@@ -608,3 +608,30 @@ __all__ = [
     "encode_log_header", "decode_log_header", "encode_record", "read_record", "scan_log",
     "encode_message", "decode_message", "message_content_span", "encode_delete", "decode_delete",
 ]
+
+
+# -- ULID text form ------------------------------------------------------------------------
+cdef const char* _CROCKFORD = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid_str(const unsigned char[::1] ulid not None):
+    """The canonical 26-character (Crockford base32) text of a 16-byte ULID."""
+    if ulid.shape[0] != 16:
+        raise ValueError("a ULID is 16 bytes")
+    cdef uint64_t hi = 0, lo = 0, v
+    cdef int i, shift
+    cdef char out[26]
+    for i in range(8):
+        hi = (hi << 8) | ulid[i]
+        lo = (lo << 8) | ulid[8 + i]
+    # Character i holds bits [125 - 5i, 130 - 5i) of the 128-bit number (two zero bits on top).
+    for i in range(26):
+        shift = 125 - 5 * i
+        if shift >= 64:
+            v = hi >> (shift - 64)
+        elif shift + 5 <= 64:
+            v = lo >> shift
+        else:
+            v = (hi << (64 - shift)) | (lo >> shift)
+        out[i] = _CROCKFORD[v & 31]
+    return out[:26].decode("ascii")

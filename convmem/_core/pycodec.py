@@ -438,3 +438,14 @@ __all__ = [
     "encode_log_header", "decode_log_header", "encode_record", "read_record", "scan_log",
     "encode_message", "decode_message", "message_content_span", "encode_delete", "decode_delete",
 ]
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid_str(ulid: bytes) -> str:
+    """The canonical 26-character (Crockford base32) text of a 16-byte ULID."""
+    if len(ulid) != 16:
+        raise ValueError("a ULID is 16 bytes")
+    n = int.from_bytes(ulid, "big")
+    return "".join(_CROCKFORD[(n >> shift) & 31] for shift in range(125, -1, -5))
