@@ -656,7 +656,7 @@ class MemoryStore:
         body, _ = v.text("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
         fields = {} if metadata_json is None else v.metadata_fields(
             v.json_arg("metadata_json", metadata_json))
-        meta = v.apply_metadata(v.Metadata(), fields)
+        meta = v.apply_metadata(None, fields)
         with self._mutex:
             self._check_open()
             ulid, ts = self._new_ulid()
@@ -1294,7 +1294,7 @@ class MemoryStore:
         body, _ = v.text("content", item.get("content"), min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
         raw_meta = item.get("metadata")
         fields = {} if raw_meta is None else v.metadata_fields(raw_meta, "metadata")
-        meta = v.apply_metadata(v.Metadata(), fields)
+        meta = v.apply_metadata(None, fields)
         ts = v.integer("timestamp", item.get("timestamp"), lo=0, hi=(1 << 48) - 1, default=None)
         if item.get("message_id") is not None:
             ulid = v.ulid("message_id", item["message_id"])

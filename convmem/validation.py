@@ -172,21 +172,20 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
     return [ulid(f"{where}[]", u) for u in val]
 
 
-def apply_metadata(base: Metadata, fields: dict[str, Any]) -> Metadata:
-    """`base` with `fields` (from metadata_fields) laid over it."""
-    m = base.copy()
-    defaults = Metadata()
+def apply_metadata(base: Metadata | None, fields: dict[str, Any]) -> Metadata:
+    """`base` (None: the defaults) with `fields` (from metadata_fields) laid over it."""
+    m = Metadata() if base is None else base.copy()
     for key, val in fields.items():
         if key == "tool_call_id":
             m.tool_call_id = val
         elif key == "tags":
             m.tags = val if val is not None else []
         elif key == "memory_tier":
-            m.tier = val if val is not None else defaults.tier
+            m.tier = val if val is not None else 0
         elif key == "memory_kind":
-            m.kind = val if val is not None else defaults.kind
+            m.kind = val if val is not None else 0
         elif key == "importance":
-            m.importance = val if val is not None else defaults.importance
+            m.importance = val if val is not None else 50
         elif key == "summary":
             m.summary = val
         elif key == "relations":

@@ -58,6 +58,8 @@ class SessionIndex:
 
     def _position(self, s: Session, ts: int, ulid: bytes) -> int:
         """Index of the first entry ordered after (ts, ulid) or equal to it."""
+        if s.n == 0 or ts > s.ts[s.n - 1]:
+            return s.n  # the common case: a new message is the session's latest
         view = s.ts[: s.n]
         lo = int(np.searchsorted(view, ts, side="left"))
         hi = int(np.searchsorted(view, ts, side="right"))
