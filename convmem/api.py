@@ -40,7 +40,9 @@ SNAPSHOT_EVERY_RECORDS = 50_000
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
 COMPACT_NAME = "messages.log.compact"
-FLAG_HAS_SUMMARY = 1
+STATE_VERSION = 2  # of the snapshot's sections as this module writes them; others are re-derived
+FLAG_HAS_SUMMARY = 1  # doc flags
+FLAG_HAS_RELATIONS = 2
 _EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
 _REVISION = struct.Struct("<I")  # at payload offset 32 (docs/FORMAT.md)
 
@@ -201,12 +203,7 @@ class MemoryStore:
         hist_slots = (np.concatenate([s.slots[: s.n] for s in sessions])
                       if sessions else np.zeros(0, "i4"))
         kinds = np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6)
-        rel_src, rel_type, rel_target = [], [], []
-        for slot, edges in self._relations.outgoing.items():
-            for rtype, target in edges:
-                rel_src.append(slot)
-                rel_type.append(rtype)
-                rel_target.append(target)
+        rel_src, rel_type, rel_target = self._relations.arrays()
         meta = {
             "format_version": codec.FORMAT_VERSION,
             "log_id": self._log.log_id.hex(),
@@ -220,6 +217,7 @@ class MemoryStore:
             "live_bytes": self._live_bytes,
             "sessions": [s.name for s in sessions],
             "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
+            "state_version": STATE_VERSION,
         }
         arrays = {
             "slot_ulid": self._slot_ulid.view(),
@@ -236,9 +234,9 @@ class MemoryStore:
             "hist_ts": hist_ts,
             "hist_slots": hist_slots,
             "kind_counts": kinds,
-            "rel_src": np.array(rel_src, dtype=np.int32),
-            "rel_type": np.array(rel_type, dtype=np.uint8),
-            "rel_target": np.frombuffer(b"".join(rel_target), dtype=np.uint8).reshape(-1, 16),
+            "rel_src": rel_src,
+            "rel_type": rel_type,
+            "rel_target": rel_target,
         }
         for name, arr in self._index.to_arrays().items():
             arrays["ix." + name] = arr
@@ -268,7 +266,8 @@ class MemoryStore:
                 # A crash between the two renames of rebuild_index: the log is the truth.
                 self.snapshot_valid = False
                 return None
-            if (meta.get("tokenizer_version") != tok.TOKENIZER_VERSION
+            if (meta.get("state_version") != STATE_VERSION
+                    or meta.get("tokenizer_version") != tok.TOKENIZER_VERSION
                     or meta.get("unicode_version") != tok.UNICODE_VERSION):
                 log.info("tokenizer or Unicode version changed: re-indexing from the log")
                 return None
@@ -322,30 +321,10 @@ class MemoryStore:
                 raise SnapshotError("snapshot id table does not match its id column")
         else:
             self._ids = idmap.IdMap.from_column(self._slot_ulid.view())
-        names = meta["sessions"]
-        hist_off, hist_ts, hist_slots = arrays["hist_off"], arrays["hist_ts"], arrays["hist_slots"]
-        kinds = arrays["kind_counts"]
-        for num, name in enumerate(names):
-            self._sessions.number(name)
-            s = self._sessions.by_num[num]
-            a, b = int(hist_off[num]), int(hist_off[num + 1])
-            n = b - a
-            cap = max(4, n + n // 4)
-            s.ts = np.zeros(cap, dtype=np.int64)
-            s.slots = np.zeros(cap, dtype=np.int32)
-            s.ts[:n] = hist_ts[a:b]
-            s.slots[:n] = hist_slots[a:b]
-            s.n = n
-            s.kind_counts = [int(x) for x in kinds[num]]
-            if n:
-                self._sessions.live_sessions += 1
-        self._sessions._bytes = sum(s.nbytes() for s in self._sessions.by_num)
-        edges: dict[int, list[tuple[int, bytes]]] = {}
-        for src, rtype, target in zip(arrays["rel_src"].tolist(), arrays["rel_type"].tolist(),
-                                      arrays["rel_target"]):
-            edges.setdefault(src, []).append((rtype, target.tobytes()))
-        for src, lst in edges.items():
-            self._relations.set(src, lst)
+        self._sessions.load(meta["sessions"], arrays["hist_off"], arrays["hist_ts"],
+                            arrays["hist_slots"], arrays["kind_counts"])
+        self._relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
+                                                    arrays["rel_target"])
         ix = {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")}
         self._index = core_index.SearchIndex.from_arrays(ix)
         self._last_seq = int(meta["last_seq"])
@@ -478,7 +457,10 @@ class MemoryStore:
         else:
             self._sessions.insert(num, int(self._slot_ts.data[slot]), slot, ulid, kind)
         self._slot_doc.data[slot] = doc
-        self._relations.set(slot, rec[13])
+        if old_doc >= 0 and (rec[13] or self._doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
+            self._relations.set(slot, rec[13])
+        elif old_doc < 0:
+            self._relations.add_new(slot, rec[13])
         self._live_bytes += frame_len
         if rec[3] > 1:
             self._update_records += 1
@@ -510,7 +492,8 @@ class MemoryStore:
         self._doc_len.append(frame_len)
         self._doc_slot.append(slot)
         self._doc_kind.append(rec[5])
-        self._doc_flags.append(FLAG_HAS_SUMMARY if summary is not None else 0)
+        self._doc_flags.append((FLAG_HAS_SUMMARY if summary is not None else 0)
+                               | (FLAG_HAS_RELATIONS if rec[13] else 0))
         return doc
 
     def _apply_delete(self, ulid: bytes) -> None:
@@ -530,7 +513,8 @@ class MemoryStore:
         self._live_bytes -= int(self._doc_len.data[doc])
         self._sessions.remove(int(self._slot_session.data[slot]), int(self._slot_ts.data[slot]),
                               slot, self._ulid_of(slot), int(self._doc_kind.data[doc]))
-        self._relations.clear(slot)
+        if self._doc_flags.data[doc] & FLAG_HAS_RELATIONS:
+            self._relations.clear(slot)
 
     # -- writing records -------------------------------------------------------------------
     def _append(self, frames: list[bytes]) -> list[int]:
@@ -1153,6 +1137,7 @@ class MemoryStore:
             "unicode_version": tok.UNICODE_VERSION,
             "sessions": [s.name for s in sessions],
             "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
+            "state_version": STATE_VERSION,
         }
         arrays = {
             "slot_ulid": self._slot_ulid.data[live_slots],

@@ -475,6 +475,10 @@ def test_rebuild_compacts_and_reports(store, store_dir):
     assert [x["message_id"] for x in store.search_messages(query="keep", session_id="s1")["results"]] == [keep]
     assert store.read_messages(view="sessions")["sessions"][0]["session_id"] == "s1"
     store.close()
+    with MemoryStore.open(store_dir) as again:  # the snapshot rebuild wrote is used as it is
+        h_open = again.get_system_health()
+        assert h_open["io"]["write_calls"] == 0 and h_open["snapshot_valid"] is True
+        assert again.read_messages(session_id="s1")["history"][0]["content"] == "keep me v2"
     (store_dir / "snapshot.bin").unlink()  # replayed from the compacted log alone
     with MemoryStore.open(store_dir) as again:
         h3 = again.get_system_health()

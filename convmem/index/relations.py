@@ -1,47 +1,101 @@
 """Relations between messages: each live message's outgoing edges and the incoming edges of any id.
 
 Targets are kept as 16-byte ids because a relation may name a message that no longer exists.
+A store opened from a snapshot keeps the edges as the snapshot's arrays until something needs
+them as dicts (a context view, a write that touches relations): opening stays cheap.
 """
 from __future__ import annotations
+
+import numpy as np
 
 Edge = tuple[int, bytes]  # (relation type, target id)
 
 
 class RelationIndex:
     def __init__(self) -> None:
-        self.outgoing: dict[int, tuple[Edge, ...]] = {}  # source slot -> its current edges
-        self.incoming: dict[bytes, list[tuple[int, int]]] = {}  # target id -> [(type, source slot)]
+        self._outgoing: dict[int, tuple[Edge, ...]] = {}  # source slot -> its current edges
+        self._incoming: dict[bytes, list[tuple[int, int]]] = {}  # target id -> [(type, source)]
+        self._pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._edges = 0
+
+    @classmethod
+    def from_arrays(cls, src: np.ndarray, rtype: np.ndarray, target: np.ndarray) -> "RelationIndex":
+        r = cls()
+        if len(src):
+            r._pending = (src, rtype, target)
+            r._edges = len(src)
+        return r
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(source slots int32, types uint8, targets (n, 16) uint8), for the snapshot."""
+        if self._pending is not None:
+            return self._pending
+        src, types, targets = [], [], []
+        for slot, edges in self._outgoing.items():
+            for rtype, target in edges:
+                src.append(slot)
+                types.append(rtype)
+                targets.append(target)
+        return (np.array(src, dtype=np.int32), np.array(types, dtype=np.uint8),
+                np.frombuffer(b"".join(targets), dtype=np.uint8).reshape(-1, 16))
+
+    def _materialize(self) -> None:
+        if self._pending is None:
+            return
+        src, types, targets = self._pending
+        self._pending = None
+        blob = np.ascontiguousarray(targets).tobytes()
+        grouped: dict[int, list[Edge]] = {}
+        for i, (slot, rtype) in enumerate(zip(src.tolist(), types.tolist())):
+            target = blob[16 * i: 16 * i + 16]
+            grouped.setdefault(slot, []).append((rtype, target))
+            self._incoming.setdefault(target, []).append((rtype, slot))
+        self._outgoing = {slot: tuple(edges) for slot, edges in grouped.items()}
+
+    @property
+    def outgoing(self) -> dict[int, tuple[Edge, ...]]:
+        self._materialize()
+        return self._outgoing
+
+    def add_new(self, slot: int, edges: list[Edge] | tuple[Edge, ...]) -> None:
+        """Edges of a message that had none (a new message): nothing to clear."""
+        if edges:
+            self.set(slot, edges)
 
     def set(self, slot: int, edges: list[Edge] | tuple[Edge, ...]) -> None:
         """Replace the edges of `slot` (an empty list clears them)."""
+        self._materialize()
         self.clear(slot)
         if not edges:
             return
         edges = tuple(edges)
-        self.outgoing[slot] = edges
+        self._outgoing[slot] = edges
         for rtype, target in edges:
-            self.incoming.setdefault(target, []).append((rtype, slot))
+            self._incoming.setdefault(target, []).append((rtype, slot))
         self._edges += len(edges)
 
     def clear(self, slot: int) -> None:
-        old = self.outgoing.pop(slot, None)
+        self._materialize()
+        old = self._outgoing.pop(slot, None)
         if not old:
             return
         for rtype, target in old:
-            lst = self.incoming.get(target)
+            lst = self._incoming.get(target)
             if lst is not None:
                 try:
                     lst.remove((rtype, slot))
                 except ValueError:
                     pass
                 if not lst:
-                    del self.incoming[target]
+                    del self._incoming[target]
         self._edges -= len(old)
 
     def incoming_of(self, target: bytes) -> list[tuple[int, int]]:
-        return self.incoming.get(target, [])
+        self._materialize()
+        return self._incoming.get(target, [])
 
     def nbytes(self) -> int:
+        if self._pending is not None:
+            return sum(a.nbytes for a in self._pending)
         # dict slots, tuples, 16-byte keys and list entries: an O(1) estimate per edge.
-        return self._edges * 230 + len(self.outgoing) * 100
+        return self._edges * 230 + len(self._outgoing) * 100

@@ -108,6 +108,29 @@ class SessionIndex:
         counts[old] -= 1
         counts[new] += 1
 
+    def load(self, names: list[str], hist_off: np.ndarray, hist_ts: np.ndarray,
+             hist_slots: np.ndarray, kind_counts: np.ndarray) -> None:
+        """Restore from a snapshot's arrays (each session's history is hist_*[off[i]:off[i+1]])."""
+        offsets = hist_off.tolist()
+        counts = kind_counts.tolist()
+        for num, name in enumerate(names):
+            s = Session(name, num)
+            self.by_name[name] = s
+            self.by_num.append(s)
+            a, b = offsets[num], offsets[num + 1]
+            n = b - a
+            cap = max(4, n + n // 4)
+            s.ts = np.empty(cap, dtype=np.int64)
+            s.slots = np.empty(cap, dtype=np.int32)
+            s.ts[:n] = hist_ts[a:b]
+            s.slots[:n] = hist_slots[a:b]
+            s.n = n
+            s.kind_counts = counts[num]
+            if n:
+                self.live_sessions += 1
+            self._bytes += s.nbytes() + 100 + len(name) * 2
+        self._order = None
+
     # -- queries ---------------------------------------------------------------------------
     def get(self, name: str) -> Session | None:
         return self.by_name.get(name)
