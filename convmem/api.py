@@ -30,7 +30,8 @@ from .index.sessions import SessionIndex
 from .store.io import IoCounters, fsync_dir, write_all
 from .store.lock import DirLock
 from .store.logfile import LOG_NAME, LogFile
-from .store.snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, snapshot_size, write_snapshot
+from .store.snapshot import (SNAPSHOT_NAME, SnapshotError, read_snapshot, snapshot_size,
+                             verify_deferred, write_snapshot)
 
 log = logging.getLogger("convmem")
 
@@ -38,6 +39,7 @@ RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB, keeping room for the en
 CONTEXT_MESSAGE_CAP = 50
 SNAPSHOT_EVERY_RECORDS = 50_000
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
+DEFER_SECTION_BYTES = 4 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
 COMPACT_NAME = "messages.log.compact"
 STATE_VERSION = 2  # of the snapshot's sections as this module writes them; others are re-derived
@@ -84,7 +86,8 @@ class MemoryStore:
             raise ConvMemError(IO_ERROR, f"cannot create the data directory: {exc.strerror}") from exc
         self._dirlock = DirLock(directory)
         try:
-            self._open()
+            with self._mutex:  # a background verifier started by _open waits for it to finish
+                self._open()
         except BaseException:
             self._dirlock.release()
             raise
@@ -149,6 +152,7 @@ class MemoryStore:
 
     def _open(self) -> None:
         self._verifier: threading.Thread | None = None
+        self._deferred_sections: list[tuple[str, memoryview, int]] = []
         self._io = IoCounters()
         self.recovered_tail = False
         self.snapshot_valid = True
@@ -254,8 +258,16 @@ class MemoryStore:
     def _load_snapshot(self) -> int | None:
         """Load the snapshot if it belongs to this log; returns the log offset it covers."""
         path = self.directory / SNAPSHOT_NAME
+        # The big index sections of a big snapshot are checksummed in the background (with the
+        # log); a bad one then rebuilds the state from the log.
+        big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
+
+        def defer(name: str, nbytes: int) -> bool:
+            return big and name.startswith("ix.") and nbytes >= DEFER_SECTION_BYTES
+
         try:
-            meta, arrays = read_snapshot(path)
+            meta, arrays = read_snapshot(path, defer=defer)
+            deferred = meta.pop("deferred")
         except FileNotFoundError:
             return None
         except SnapshotError as exc:
@@ -279,6 +291,7 @@ class MemoryStore:
                 self.snapshot_valid = False
                 return None
             self._load_state(meta, arrays)
+            self._deferred_sections = deferred
         except (SnapshotError, codec.CorruptRecord, ConvMemError, KeyError, ValueError,
                 TypeError, IndexError) as exc:
             self._reset_state()
@@ -389,34 +402,50 @@ class MemoryStore:
             self.last_error = msg
 
     def _verify_covered(self, end: int) -> None:
-        """Check every checksum in the part of the log that the snapshot stood in for.
+        """Check every checksum in the part of the log that the snapshot stood in for, and the
+        snapshot sections whose check was deferred.
 
         Reads verify their record's checksum anyway, so nothing damaged is ever served; this
-        pass finds damage early and reports it in health. A large log is checked in a
-        background thread (the scan runs without the GIL) so that opening stays fast.
+        pass finds damage early and reports it in health. A large store is checked in a
+        background thread (zlib and the log scan run without the GIL) so that opening stays fast.
         """
+        deferred, self._deferred_sections = self._deferred_sections, []
         mm = self._log.map()
-        if mm is None:
-            return
-        if end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+
+        def check() -> tuple[str | None, list[tuple[int, int, str]]]:
             try:
-                self._apply_damage(_find_damage(mm, end))
+                bad = verify_deferred(deferred)
+                return bad, (_find_damage(mm, end) if mm is not None and bad is None else [])
             finally:
-                mm.close()
+                if mm is not None:
+                    mm.close()
+
+        def apply(bad: str | None, damage: list[tuple[int, int, str]]) -> None:
+            if bad is not None:
+                self._reload_from_log(f"snapshot section {bad!r} is damaged; state rebuilt from the log")
+            else:
+                self._apply_damage(damage)
+
+        if not deferred and end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+            apply(*check())
             return
         log_id = self._log.log_id
 
         def verify() -> None:
-            try:
-                damage = _find_damage(mm, end)
-            finally:
-                mm.close()
+            result = check()
             with self._mutex:
                 if self._log is not None and self._log.log_id == log_id:
-                    self._apply_damage(damage)
+                    apply(*result)
 
         self._verifier = threading.Thread(target=verify, name="convmem-verify", daemon=True)
         self._verifier.start()
+
+    def _reload_from_log(self, why: str) -> None:
+        self._snapshot_rejected(why)
+        self._reset_state()
+        self._last_seq = self._log.base_sequence
+        self._replay(codec.LOG_HEADER_SIZE)
+        self._write_snapshot()
 
     def _apply_damage(self, damage: list[tuple[int, int, str]]) -> None:
         for start, end, reason in damage:

@@ -253,3 +253,30 @@ def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeyp
         assert live_contents(s) == ["message number 0", "message number 2"]
     finally:
         s.close()
+
+
+def test_damaged_index_section_found_in_background_rebuilds_from_log(tmp_path, monkeypatch):
+    import convmem.api
+
+    monkeypatch.setattr(convmem.api, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    monkeypatch.setattr(convmem.api, "DEFER_SECTION_BYTES", 0)
+    make_store(tmp_path, keep_snapshot=True)
+    snap = tmp_path / SNAP
+    meta, _ = read_snapshot(snap)
+    section = max((sec for sec in meta["sections"] if sec["name"].startswith("ix.")),
+                  key=lambda sec: sec["nbytes"])
+    data = bytearray(snap.read_bytes())
+    data[section["offset"]] ^= 0x01
+    snap.write_bytes(bytes(data))
+    s = MemoryStore.open(tmp_path)
+    try:
+        s._verifier.join(timeout=30)
+        h = s.get_system_health()
+        assert h["snapshot_valid"] is False and h["status"] == "DEGRADED"
+        assert section["name"] in h["last_error"]
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+        assert len(s.search_messages(query="message")["results"]) == 3
+    finally:
+        s.close()
+    with MemoryStore.open(tmp_path) as s:  # the rebuilt snapshot is good
+        assert s.get_system_health()["snapshot_valid"] is True

@@ -78,8 +78,15 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     return write_file_atomically(path, chunks(), io)
 
 
-def read_snapshot(path: Path, verify: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Map the snapshot and return (meta, arrays); arrays are read-only views of the map."""
+Deferred = list[tuple[str, memoryview, int]]  # (section name, bytes, expected crc32)
+
+
+def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Map the snapshot and return (meta, arrays); arrays are read-only views of the map.
+
+    `defer(name, nbytes) -> bool` may postpone the checksum of a section: its check is appended
+    to meta["deferred"] for `verify_deferred` (the store runs it in the background).
+    """
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -109,6 +116,8 @@ def read_snapshot(path: Path, verify: bool = True) -> tuple[dict[str, Any], dict
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise SnapshotError("snapshot meta is not valid") from exc
     arrays: dict[str, np.ndarray] = {}
+    deferred: Deferred = []
+    meta["deferred"] = deferred
     buf = memoryview(mm)
     for entry in sections:
         try:
@@ -120,13 +129,23 @@ def read_snapshot(path: Path, verify: bool = True) -> tuple[dict[str, Any], dict
         if off < 0 or n < 0 or off + n > size:
             raise SnapshotError(f"snapshot section {entry.get('name')!r} runs past the end")
         view = buf[off:off + n]
-        if verify and zlib.crc32(view) != entry["crc"]:
+        if defer is not None and defer(entry["name"], n):
+            deferred.append((entry["name"], view, entry["crc"]))
+        elif verify and zlib.crc32(view) != entry["crc"]:
             raise SnapshotError(f"snapshot section {entry['name']!r} checksum mismatch")
         count = int(np.prod(shape)) if shape else 1
         if count * dtype.itemsize != n:
             raise SnapshotError(f"snapshot section {entry['name']!r} has a bad shape")
         arrays[entry["name"]] = np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
     return meta, arrays
+
+
+def verify_deferred(deferred: Deferred) -> str | None:
+    """Check postponed section checksums; the name of the first bad section, or None."""
+    for name, view, crc in deferred:
+        if zlib.crc32(view) != crc:  # zlib releases the GIL on large buffers
+            return name
+    return None
 
 
 def snapshot_size(path: Path) -> int:
