@@ -69,6 +69,20 @@ def _find_damage(mm: Any, end: int) -> list[tuple[int, int, str]]:
     return found
 
 
+def _history_arrays(sessions: list, slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each session's history, concatenated (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
+    hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
+    np.cumsum([s.n for s in sessions], out=hist_off[1:])
+    ts = [s.ts[: s.n] for s in sessions]
+    slots = [s.slots[: s.n] if slot_map is None else slot_map[s.slots[: s.n]] for s in sessions]
+    return {
+        "hist_off": hist_off,
+        "hist_ts": np.concatenate(ts) if ts else np.zeros(0, "i8"),
+        "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
+        "kind_counts": np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6),
+    }
+
+
 class MemoryStore:
     """A conversation-memory store in one data directory (see docs/DESIGN.md)."""
 
@@ -200,28 +214,15 @@ class MemoryStore:
     def _snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         self._index.merge_segments()
         sessions = self._sessions.by_num
-        hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
-        for i, s in enumerate(sessions):
-            hist_off[i + 1] = hist_off[i] + s.n
-        hist_ts = np.concatenate([s.ts[: s.n] for s in sessions]) if sessions else np.zeros(0, "i8")
-        hist_slots = (np.concatenate([s.slots[: s.n] for s in sessions])
-                      if sessions else np.zeros(0, "i4"))
-        kinds = np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6)
-        rel_src, rel_type, rel_target = self._relations.arrays()
         meta = {
-            "format_version": codec.FORMAT_VERSION,
+            **self._common_meta(sessions),
             "log_id": self._log.log_id.hex(),
             "covered_end": self._log.size,
             "last_seq": self._last_seq,
             "last_record_offset": self._last_record_offset,
-            "tokenizer_version": tok.TOKENIZER_VERSION,
-            "unicode_version": tok.UNICODE_VERSION,
             "update_records": self._update_records,
             "deleted_messages": self._deleted_messages,
             "live_bytes": self._live_bytes,
-            "sessions": [s.name for s in sessions],
-            "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
-            "state_version": STATE_VERSION,
         }
         arrays = {
             "slot_ulid": self._slot_ulid.view(),
@@ -234,17 +235,22 @@ class MemoryStore:
             "doc_slot": self._doc_slot.view(),
             "doc_kind": self._doc_kind.view(),
             "doc_flags": self._doc_flags.view(),
-            "hist_off": hist_off,
-            "hist_ts": hist_ts,
-            "hist_slots": hist_slots,
-            "kind_counts": kinds,
-            "rel_src": rel_src,
-            "rel_type": rel_type,
-            "rel_target": rel_target,
+            **_history_arrays(sessions),
+            **self._relations.arrays(),
         }
         for name, arr in self._index.to_arrays().items():
             arrays["ix." + name] = arr
         return meta, arrays
+
+    def _common_meta(self, sessions: list) -> dict[str, Any]:
+        return {
+            "format_version": codec.FORMAT_VERSION,
+            "state_version": STATE_VERSION,
+            "tokenizer_version": tok.TOKENIZER_VERSION,
+            "unicode_version": tok.UNICODE_VERSION,
+            "sessions": [s.name for s in sessions],
+            "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
+        }
 
     def _write_snapshot(self) -> None:
         meta, arrays = self._snapshot_state()
@@ -1146,28 +1152,7 @@ class MemoryStore:
         session_map = np.full(max(1, len(self._sessions.by_num)), -1, dtype=np.int64)
         for i, s in enumerate(sessions):
             session_map[s.num] = i
-        hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
-        ts_parts, slot_parts = [], []
-        for i, s in enumerate(sessions):
-            hist_off[i + 1] = hist_off[i] + s.n
-            ts_parts.append(s.ts[: s.n])
-            slot_parts.append(slot_map[s.slots[: s.n]].astype(np.int32))
-        rel_src, rel_type, rel_target = [], [], []
-        for slot, edges in self._relations.outgoing.items():
-            if slot_map[slot] < 0:
-                continue
-            for rtype, target in edges:
-                rel_src.append(int(slot_map[slot]))
-                rel_type.append(rtype)
-                rel_target.append(target)
-        meta = {
-            "format_version": codec.FORMAT_VERSION,
-            "tokenizer_version": tok.TOKENIZER_VERSION,
-            "unicode_version": tok.UNICODE_VERSION,
-            "sessions": [s.name for s in sessions],
-            "ulid_last": [self._ulid_last[0], format(self._ulid_last[1], "x")],
-            "state_version": STATE_VERSION,
-        }
+        meta = self._common_meta(sessions)
         arrays = {
             "slot_ulid": self._slot_ulid.data[live_slots],
             "slot_doc": new_docs.astype(np.int32),
@@ -1178,13 +1163,8 @@ class MemoryStore:
             "doc_slot": doc_slot,
             "doc_kind": doc_kind,
             "doc_flags": doc_flags,
-            "hist_off": hist_off,
-            "hist_ts": np.concatenate(ts_parts) if ts_parts else np.zeros(0, "i8"),
-            "hist_slots": np.concatenate(slot_parts) if slot_parts else np.zeros(0, "i4"),
-            "kind_counts": np.array([s.kind_counts for s in sessions], dtype=np.int64).reshape(-1, 6),
-            "rel_src": np.array(rel_src, dtype=np.int32),
-            "rel_type": np.array(rel_type, dtype=np.uint8),
-            "rel_target": np.frombuffer(b"".join(rel_target), dtype=np.uint8).reshape(-1, 16),
+            **_history_arrays(sessions, slot_map),
+            **self._relations.arrays(slot_map),
         }
         new_ix.merge_segments()
         for name, arr in new_ix.to_arrays().items():

@@ -505,3 +505,20 @@ def test_health_shape_and_exact_counters(store):
     assert h1["io"]["flush_calls"] - h0["io"]["flush_calls"] == 1
     assert h1["last_sequence"] == 1 and h1["active_messages"] == 1 and h1["session_count"] == 1
     assert h1["status"] == "OK" and h1["last_error"] == ""
+
+
+def test_relations_survive_rebuild_and_reopen(store_dir):
+    with MemoryStore.open(store_dir) as s:
+        gone = write(s, "deleted first")["message_id"]
+        a = write(s, "a")["message_id"]
+        b = write(s, "b", relations=[{"type": "derived_from", "message_id": a}])["message_id"]
+        s.delete_message(message_id=gone)
+        s.rebuild_index()  # renumbers the messages: the edge must follow
+        for view_of, direction, other in ((a, "incoming", b), (b, "outgoing", a)):
+            rel = s.read_messages(view="context", message_id=view_of)["relations"]
+            assert [(e["direction"], e["message"]["message_id"]) for e in rel] == [(direction, other)]
+    with MemoryStore.open(store_dir) as s:
+        rel = s.read_messages(view="context", message_id=a)["relations"]
+        assert [(e["direction"], e["message"]["message_id"]) for e in rel] == [("incoming", b)]
+        s.delete_message(message_id=b)
+        assert s.read_messages(view="context", message_id=a)["relations"] == []

@@ -26,18 +26,25 @@ class RelationIndex:
             r._edges = len(src)
         return r
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(source slots int32, types uint8, targets (n, 16) uint8), for the snapshot."""
-        if self._pending is not None:
-            return self._pending
-        src, types, targets = [], [], []
-        for slot, edges in self._outgoing.items():
-            for rtype, target in edges:
-                src.append(slot)
-                types.append(rtype)
-                targets.append(target)
-        return (np.array(src, dtype=np.int32), np.array(types, dtype=np.uint8),
-                np.frombuffer(b"".join(targets), dtype=np.uint8).reshape(-1, 16))
+    def arrays(self, slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """The edges as snapshot sections (rel_src, rel_type, rel_target); with `slot_map`, the
+        sources renumbered and those mapped to -1 dropped."""
+        if self._pending is not None and slot_map is None:
+            src, types, targets = self._pending
+        else:
+            src_l, types_l, targets_l = [], [], []
+            for slot, edges in self.outgoing.items():
+                for rtype, target in edges:
+                    src_l.append(slot)
+                    types_l.append(rtype)
+                    targets_l.append(target)
+            src = np.array(src_l, dtype=np.int32)
+            types = np.array(types_l, dtype=np.uint8)
+            targets = np.frombuffer(b"".join(targets_l), dtype=np.uint8).reshape(-1, 16)
+            if slot_map is not None:
+                keep = slot_map[src] >= 0
+                src, types, targets = slot_map[src][keep].astype(np.int32), types[keep], targets[keep]
+        return {"rel_src": src, "rel_type": types, "rel_target": targets}
 
     def _materialize(self) -> None:
         if self._pending is None:
