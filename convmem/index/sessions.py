@@ -58,7 +58,10 @@ class SessionIndex:
 
     def _position(self, s: Session, ts: int, ulid: bytes) -> int:
         """Index of the first entry ordered after (ts, ulid) or equal to it."""
-        if s.n == 0 or ts > s.ts[s.n - 1]:
+        if s.n == 0:
+            return 0
+        last = s.ts[s.n - 1]
+        if ts > last or (ts == last and ulid > self._ulid_of(int(s.slots[s.n - 1]))):
             return s.n  # the common case: a new message is the session's latest
         view = s.ts[: s.n]
         lo = int(np.searchsorted(view, ts, side="left"))
