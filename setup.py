@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 try:
     import numpy
@@ -54,7 +55,31 @@ extensions = [
     if (CORE / f"{name}.pyx").exists()
 ]
 
+NO_COMPILER = (
+    "convmem: building the compiled core failed. convmem needs a working C compiler and the Python "
+    "headers (for example: apt-get install build-essential python3-dev); it has no slower "
+    "pure-Python fallback to install instead."
+)
+
+
+class BuildExt(build_ext):
+    """Turn a missing or broken C compiler into one clear message."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # CCompilerError, CompileError, PlatformError, OSError...
+            sys.exit(f"{NO_COMPILER}\n({type(exc).__name__}: {exc})")
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            sys.exit(f"{NO_COMPILER}\n({type(exc).__name__}: {exc})")
+
+
 setup(
+    cmdclass={"build_ext": BuildExt},
     ext_modules=cythonize(
         extensions,
         compiler_directives=directives,
