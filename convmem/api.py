@@ -177,7 +177,14 @@ class MemoryStore:
             except FileNotFoundError:
                 pass
         self._cursor_key = self._load_cursor_key()
-        self._log = LogFile.open(self.directory / LOG_NAME, self._io)
+        log_path = self.directory / LOG_NAME
+        had_log = log_path.exists() and log_path.stat().st_size > 0
+        self._log = LogFile.open(log_path, self._io)
+        if not had_log and snapshot_size(self.directory / SNAPSHOT_NAME) > 0:
+            # A snapshot without its log: the log was lost or emptied; what it held is gone.
+            self.last_error = ("CORRUPT_STORE: the log was missing or empty beside an existing "
+                               "snapshot; the store starts empty")
+            log.error("%s", self.last_error)
         self._reset_state()
         start = codec.LOG_HEADER_SIZE
         self._last_seq = self._log.base_sequence

@@ -280,3 +280,12 @@ def test_damaged_index_section_found_in_background_rebuilds_from_log(tmp_path, m
         s.close()
     with MemoryStore.open(tmp_path) as s:  # the rebuilt snapshot is good
         assert s.get_system_health()["snapshot_valid"] is True
+
+
+def test_emptied_log_beside_a_snapshot_is_reported(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+    os.truncate(tmp_path / LOG, 0)
+    with MemoryStore.open(tmp_path) as s:
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED" and "log" in h["last_error"]
+        assert h["active_messages"] == 0 and live_contents(s) == []
