@@ -4,7 +4,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef enum:
-    IX_ARRAYS_FORMAT = 1
+    IX_ARRAYS_FORMAT = 2
+    IX_BLOCK = 128          # postings per compressed block (docs/SCORING.md, index.pyx docstring)
     IX_TF_CAP = 255
     IX_ULID = 16
     IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, bits 3-4 tier
@@ -24,15 +25,14 @@ cdef struct GArr:
     bint owned
 
 
-# The postings of one field in one segment (CSR): terms[i] has the postings
-# docs/tfs[offsets[i]:offsets[i+1]], doc ids ascending. Memory is held by numpy arrays.
+# The postings of one field in one segment: terms[i] has the compressed list
+# data[offsets[i]:offsets[i+1]] (format: index.pyx docstring). Memory is held by numpy arrays.
 cdef struct FieldPostings:
     const uint32_t* terms
-    const int64_t* offsets
-    const uint32_t* docs
-    const uint8_t* tfs
+    const uint32_t* offsets
+    const uint8_t* data
     int64_t n_terms
-    int64_t n_postings
+    int64_t n_bytes
 
 
 # A segment covers docs [doc_lo, doc_hi), the three fields together.
@@ -43,13 +43,24 @@ cdef struct SegView:
     FieldPostings f[3]
 
 
-# One posting list of one query term in one segment and field.
+# One compressed posting list (one term, one segment, one field), opened for reading:
+# blocks of IX_BLOCK postings; `skip` (NULL when there is one block) holds per block the last
+# doc id and the payload offset of the block.
 cdef struct PList:
-    const uint32_t* docs
-    const uint8_t* tfs
+    const uint8_t* skip
+    const uint8_t* payload
     int64_t n
+    int64_t nb
+    uint32_t first
     int32_t seg
     int32_t field
+
+
+# A growable byte/word buffer for nogil code (PyMem_Raw*: no GIL needed, traced by tracemalloc).
+cdef struct RawBuf:
+    char* p
+    int64_t len
+    int64_t cap
 
 
 # One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
@@ -134,13 +145,13 @@ cdef class SearchIndex:
     cdef GArr _t_head       # int32 first buffer posting of the term, -1 = none (lazy)
     # doc columns
     cdef GArr _meta, _imp, _sess, _ts, _ulid, _lens
-    cdef GArr _tag_off, _tag_val, _fwd_off, _fwd
+    cdef GArr _tag_off, _tag_val
     # segments (list of _Segment, doc ranges ascending) and their views for nogil code
     cdef list _segs
     cdef SegView* _views
     cdef int64_t _n_views
     # buffer of new docs
-    cdef GArr _b_doc, _b_tf, _b_field, _b_next, _b_terms
+    cdef GArr _b_doc, _b_tf, _b_field, _b_next, _b_terms, _b_tid
     cdef uint32_t _buf_lo
     cdef int64_t _buf_dead
     # per-add scratch and per-query scratch
@@ -158,6 +169,7 @@ cdef class SearchIndex:
     cdef int64_t _term_add(self, uint64_t key) except -1
     cdef int _table_rebuild(self, int64_t cap) except -1
     cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1
+    cdef int64_t _doc_terms(self, int64_t doc) except -1
     cdef int _flush(self) except -1
     cdef int _set_segments(self, list segs) except -1
     cdef int _maybe_merge(self) except -1

@@ -25,7 +25,8 @@ index holds the index's own lock, so threads may share an index (one operation a
 """
 cimport cython
 cimport numpy as cnp
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport (PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawRealloc,
+                          PyMem_Realloc)
 from libc.math cimport log
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
@@ -207,6 +208,321 @@ cdef void radix_sort_u32(uint32_t* a, uint32_t* tmp, int64_t n) noexcept nogil:
         memcpy(a, src, <size_t>(n * sizeof(uint32_t)))
 
 
+cdef int64_t _sort_unique_u32(uint32_t* a, int64_t n) noexcept nogil:
+    """Sort ascending and drop repeats in place; returns the new length."""
+    cdef int64_t i, m = 0
+    if n > 1:
+        qsort(a, <size_t>n, 4, _cmp_u32)
+    for i in range(n):
+        if i == 0 or a[i] != a[m - 1]:
+            a[m] = a[i]
+            m += 1
+    return m
+
+
+# ---- postings codec ----------------------------------------------------------------------------
+# One posting list (one term, one field, one segment; doc ids ascending, tf 1..255):
+#
+#   varint n                      postings in the list (>= 1); LEB128, 7 bits a byte, low first
+#   varint first                  the first doc id (absolute: a list reads the same in any segment)
+#   skip[nb]                      only when nb = ceil(n / 128) > 1: per block, u32 last doc id and
+#                                 u32 offset of the block from the start of the payload (LE)
+#   payload: per block of 128 postings (the last one may be shorter):
+#     u8 hdr                      bits 0-5: doc bits B (0..32); bits 6-7: tf code (0, 1, 2, 3 =
+#                                 0, 1, 2, 8 tf bits T)
+#     docs                        cnt values of B bits, little-endian bit stream, byte-padded:
+#                                 doc[i] - prev - 1, prev = the previous doc (first - 1 before the
+#                                 list, the skip entry's last doc before a later block)
+#     tfs                         cnt values of T bits (tf - 1), byte-padded; none when all are 1
+
+cdef extern from *:
+    int __builtin_clz(unsigned int) nogil
+
+
+cdef inline int _nbits(uint32_t v) noexcept nogil:
+    return 0 if v == 0 else 32 - __builtin_clz(v)
+
+
+cdef inline uint32_t _rd32(const uint8_t* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+
+cdef inline void _wr32(uint8_t* p, uint32_t v) noexcept nogil:
+    p[0] = <uint8_t>v
+    p[1] = <uint8_t>(v >> 8)
+    p[2] = <uint8_t>(v >> 16)
+    p[3] = <uint8_t>(v >> 24)
+
+
+cdef inline int64_t _put_varint(uint8_t* out, int64_t o, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        out[o] = <uint8_t>((v & 0x7F) | 0x80)
+        o += 1
+        v >>= 7
+    out[o] = <uint8_t>v
+    return o + 1
+
+
+cdef inline const uint8_t* _get_varint(const uint8_t* p, uint64_t* v) noexcept nogil:
+    cdef uint64_t x = 0
+    cdef int shift = 0
+    cdef uint8_t byte
+    while True:
+        byte = p[0]
+        x |= <uint64_t>(byte & 0x7F) << shift
+        shift += 7
+        p += 1
+        if byte < 0x80:
+            break
+    v[0] = x
+    return p
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _pack(const uint32_t* v, int64_t n, int bits, uint8_t* out) noexcept nogil:
+    """n values of `bits` bits as a little-endian bit stream; returns the bytes written."""
+    cdef uint64_t acc = 0
+    cdef int fill = 0
+    cdef int64_t o = 0, i
+    if bits == 0:
+        return 0
+    for i in range(n):
+        acc |= <uint64_t>v[i] << fill
+        fill += bits
+        while fill >= 8:
+            out[o] = <uint8_t>acc
+            o += 1
+            acc >>= 8
+            fill -= 8
+    if fill > 0:
+        out[o] = <uint8_t>acc
+        o += 1
+    return o
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef const uint8_t* _unpack(const uint8_t* p, int64_t n, int bits, uint32_t* out) noexcept nogil:
+    """The inverse of _pack; returns the first byte after the stream."""
+    cdef uint64_t acc = 0, mask
+    cdef int fill = 0
+    cdef int64_t i
+    if bits == 0:
+        memset(out, 0, <size_t>(4 * n))
+        return p
+    mask = (<uint64_t>1 << bits) - 1
+    for i in range(n):
+        while fill < bits:
+            acc |= <uint64_t>p[0] << fill
+            p += 1
+            fill += 8
+        out[i] = <uint32_t>(acc & mask)
+        acc >>= bits
+        fill -= bits
+    return p
+
+
+cdef inline int64_t _encode_bound(int64_t n) noexcept nogil:
+    return 20 + 9 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 5 * n
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
+                          uint8_t* out) noexcept nogil:
+    """Encode one posting list (n >= 1) into out (_encode_bound(n) bytes); returns its size."""
+    cdef uint32_t vals[IX_BLOCK]
+    cdef int64_t o, skip, pay, nb, j, lo, cnt, i
+    cdef uint32_t prev, maxv, maxt
+    cdef int db, code
+    o = _put_varint(out, 0, <uint64_t>n)
+    o = _put_varint(out, o, docs[0])
+    nb = (n + IX_BLOCK - 1) // IX_BLOCK
+    skip = o
+    if nb > 1:
+        o += 8 * nb
+    pay = o
+    prev = docs[0] - 1                                # wraps at doc 0: the deltas still do
+    for j in range(nb):
+        lo = j * IX_BLOCK
+        cnt = min(<int64_t>IX_BLOCK, n - lo)
+        if nb > 1:
+            _wr32(out + skip + 8 * j, docs[lo + cnt - 1])
+            _wr32(out + skip + 8 * j + 4, <uint32_t>(o - pay))
+        maxv = 0
+        maxt = 0
+        for i in range(cnt):
+            vals[i] = docs[lo + i] - prev - 1
+            prev = docs[lo + i]
+            maxv |= vals[i]
+            maxt |= <uint32_t>(tfs[lo + i] - 1)
+        db = _nbits(maxv)
+        code = 0 if maxt == 0 else (1 if maxt <= 1 else (2 if maxt <= 3 else 3))
+        out[o] = <uint8_t>(db | (code << 6))
+        o += 1
+        o += _pack(vals, cnt, db, out + o)
+        if code:
+            for i in range(cnt):
+                vals[i] = <uint32_t>(tfs[lo + i] - 1)
+            o += _pack(vals, cnt, 8 if code == 3 else code, out + o)
+    return o
+
+
+cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p) noexcept nogil:
+    """Read a list's header; returns the end of the list."""
+    cdef uint64_t n, first
+    cdef const uint8_t* last
+    p = _get_varint(p, &n)
+    p = _get_varint(p, &first)
+    L.n = <int64_t>n
+    L.first = <uint32_t>first
+    L.nb = (L.n + IX_BLOCK - 1) // IX_BLOCK
+    if L.nb > 1:
+        L.skip = p
+        p += 8 * L.nb
+    else:
+        L.skip = NULL
+    L.payload = p
+    return p
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noexcept nogil:
+    """Decode block j of L into docs (and tfs unless NULL); returns its posting count."""
+    cdef const uint8_t* p = L.payload
+    cdef uint32_t prev = L.first - 1
+    cdef uint32_t tv[IX_BLOCK]
+    cdef int64_t cnt = IX_BLOCK, i
+    cdef int code
+    cdef uint8_t hdr
+    if L.nb > 1:
+        p = L.payload + _rd32(L.skip + 8 * j + 4)
+        if j > 0:
+            prev = _rd32(L.skip + 8 * (j - 1))
+    if j == L.nb - 1:
+        cnt = L.n - IX_BLOCK * j
+    hdr = p[0]
+    p = _unpack(p + 1, cnt, hdr & 63, docs)
+    for i in range(cnt):
+        prev += docs[i] + 1
+        docs[i] = prev
+    if tfs != NULL:
+        code = hdr >> 6
+        if code == 0:
+            memset(tfs, 1, <size_t>cnt)
+        else:
+            _unpack(p, cnt, 8 if code == 3 else code, tv)
+            for i in range(cnt):
+                tfs[i] = <uint8_t>(tv[i] + 1)
+    return cnt
+
+
+cdef inline uint32_t _block_last(const PList* L, int64_t j) noexcept nogil:
+    """The last doc of block j (only for lists with a skip table)."""
+    return _rd32(L.skip + 8 * j)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept nogil:
+    """First block from lo whose last doc is >= d (nb when none); galloping over the skip table."""
+    cdef int64_t step = 1, hi = lo, mid, n = L.nb
+    if L.skip == NULL:
+        return 0 if lo == 0 else n
+    while hi < n and _block_last(L, hi) < d:
+        lo = hi + 1
+        hi = lo + step
+        step <<= 1
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _block_last(L, mid) < d:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline const uint8_t* _get_varint_in(const uint8_t* p, const uint8_t* end,
+                                          uint64_t* v) noexcept nogil:
+    """_get_varint that stays before end and reads at most 5 bytes (NULL when it cannot)."""
+    cdef uint64_t x = 0
+    cdef int shift = 0
+    cdef uint8_t byte
+    while True:
+        if p >= end or shift > 28:
+            return NULL
+        byte = p[0]
+        x |= <uint64_t>(byte & 0x7F) << shift
+        shift += 7
+        p += 1
+        if byte < 0x80:
+            break
+    v[0] = x
+    return p
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil:
+    """Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
+    canonical list with doc ids below doc_hi, else -1."""
+    cdef PList L
+    cdef uint64_t n, first
+    cdef uint32_t docs[IX_BLOCK]
+    cdef const uint8_t* q
+    cdef const uint8_t* pay
+    cdef int64_t j, cnt, need, nb
+    cdef uint64_t prev, d
+    cdef int db, tb, i
+    q = _get_varint_in(p, end, &n)
+    if q == NULL or n == 0 or n > <uint64_t>0xFFFFFFFF:
+        return -1
+    q = _get_varint_in(q, end, &first)
+    if q == NULL or first >= doc_hi:
+        return -1
+    nb = (<int64_t>n + IX_BLOCK - 1) // IX_BLOCK
+    if nb > 1 and end - q < 8 * nb:
+        return -1
+    _open_list(&L, p)
+    pay = L.payload
+    q = pay
+    prev = <uint64_t>first
+    for j in range(nb):
+        cnt = min(<int64_t>IX_BLOCK, <int64_t>n - IX_BLOCK * j)
+        if nb > 1 and _rd32(L.skip + 8 * j + 4) != <uint32_t>(q - pay):
+            return -1
+        if q >= end:
+            return -1
+        db = q[0] & 63
+        tb = q[0] >> 6
+        tb = 8 if tb == 3 else tb
+        need = (cnt * db + 7) // 8 + (cnt * tb + 7) // 8
+        if db > 32 or end - (q + 1) < need:
+            return -1
+        _unpack(q + 1, cnt, db, docs)
+        for i in range(cnt):
+            d = docs[i] + (prev + 1 if i > 0 or j > 0 else first)
+            if (j == 0 and i == 0 and docs[i] != 0) or d >= doc_hi:
+                return -1
+            prev = d
+        if nb > 1 and _rd32(L.skip + 8 * j) != <uint32_t>prev:
+            return -1
+        if tb == 8:                                   # tf - 1 must stay below 255
+            _unpack(q + 1 + (cnt * db + 7) // 8, cnt, 8, docs)
+            for i in range(cnt):
+                if docs[i] >= IX_TF_CAP:
+                    return -1
+        q += 1 + need
+    if q != end:
+        return -1
+    return <int64_t>n
+
+
 # ---- segments ----------------------------------------------------------------------------------
 
 cdef class _Segment:
@@ -217,127 +533,232 @@ cdef class _Segment:
 
 
 cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays):
-    """Wrap 12 arrays (terms, offsets, docs, tfs for each field) as a segment."""
+    """Wrap 9 arrays (terms, offsets, data for each field) as a segment."""
     cdef _Segment s = _Segment.__new__(_Segment)
-    cdef cnp.ndarray terms, offsets, docs, tfs
+    cdef cnp.ndarray terms, offsets, data
     cdef int f
     s.arrays = arrays
     s.v.doc_lo = doc_lo
     s.v.doc_hi = doc_hi
     s.v.n_dead = 0
     for f in range(3):
-        terms = arrays[4 * f]
-        offsets = arrays[4 * f + 1]
-        docs = arrays[4 * f + 2]
-        tfs = arrays[4 * f + 3]
+        terms = arrays[3 * f]
+        offsets = arrays[3 * f + 1]
+        data = arrays[3 * f + 2]
         s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(terms)
-        s.v.f[f].offsets = <const int64_t*>cnp.PyArray_DATA(offsets)
-        s.v.f[f].docs = <const uint32_t*>cnp.PyArray_DATA(docs)
-        s.v.f[f].tfs = <const uint8_t*>cnp.PyArray_DATA(tfs)
+        s.v.f[f].offsets = <const uint32_t*>cnp.PyArray_DATA(offsets)
+        s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
         s.v.f[f].n_terms = terms.shape[0]
-        s.v.f[f].n_postings = docs.shape[0]
+        s.v.f[f].n_bytes = data.shape[0]
     return s
 
 
-cdef list _empty_field_arrays(int64_t n_terms, int64_t n_postings):
-    return [np.empty(n_terms, dtype=np.uint32), np.zeros(n_terms + 1, dtype=np.int64),
-            np.empty(n_postings, dtype=np.uint32), np.empty(n_postings, dtype=np.uint8)]
+cdef list _empty_field_arrays():
+    return [np.empty(0, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.empty(0, dtype=np.uint8)]
+
+
+# -- building segments without the GIL
+
+cdef int rb_reserve(RawBuf* b, int64_t n) noexcept nogil:
+    """Room for n bytes; -1 when memory runs out."""
+    cdef int64_t cap
+    cdef char* p
+    if n <= b.cap:
+        return 0
+    cap = max(n, b.cap + b.cap // 2, 256)
+    p = <char*>PyMem_RawRealloc(b.p, <size_t>cap)
+    if p == NULL:
+        return -1
+    b.p = p
+    b.cap = cap
+    return 0
+
+
+cdef void rb_free(RawBuf* b) noexcept nogil:
+    PyMem_RawFree(b.p)
+    b.p = NULL
+    b.len = 0
+    b.cap = 0
+
+
+# One field of a segment being written: terms (u32), offsets (u32, starts with 0), list bytes.
+cdef struct FieldOut:
+    RawBuf terms
+    RawBuf offsets
+    RawBuf data
+
+
+cdef int _out_init(FieldOut* o) noexcept nogil:
+    memset(o, 0, sizeof(FieldOut))
+    if rb_reserve(&o.offsets, 4) < 0:
+        return -1
+    (<uint32_t*>o.offsets.p)[0] = 0
+    o.offsets.len = 4
+    return 0
+
+
+cdef void _out_free(FieldOut* o) noexcept nogil:
+    rb_free(&o.terms)
+    rb_free(&o.offsets)
+    rb_free(&o.data)
+
+
+cdef int _out_term(FieldOut* o, uint32_t tid) noexcept nogil:
+    """Close the list just written to o.data as term tid's (-1: no memory, -2: over 4 GiB)."""
+    if o.data.len > <int64_t>0xFFFFFFFF:
+        return -2
+    if rb_reserve(&o.terms, o.terms.len + 4) < 0 or rb_reserve(&o.offsets, o.offsets.len + 4) < 0:
+        return -1
+    (<uint32_t*>(o.terms.p + o.terms.len))[0] = tid
+    (<uint32_t*>(o.offsets.p + o.offsets.len))[0] = <uint32_t>o.data.len
+    o.terms.len += 4
+    o.offsets.len += 4
+    return 0
+
+
+cdef int _out_list(FieldOut* o, uint32_t tid, const uint32_t* docs, const uint8_t* tfs,
+                   int64_t n) noexcept nogil:
+    if rb_reserve(&o.data, o.data.len + _encode_bound(n)) < 0:
+        return -1
+    o.data.len += _encode_list(docs, tfs, n, <uint8_t*>o.data.p + o.data.len)
+    return _out_term(o, tid)
+
+
+cdef list _out_arrays(FieldOut* o):
+    """The field as three read-only numpy arrays (the raw buffers are freed)."""
+    cdef int64_t nt = o.terms.len // 4
+    terms = np.empty(nt, dtype=np.uint32)
+    offsets = np.empty(nt + 1, dtype=np.uint32)
+    data = np.empty(o.data.len, dtype=np.uint8)
+    if nt:
+        memcpy(cnp.PyArray_DATA(terms), o.terms.p, <size_t>o.terms.len)
+    memcpy(cnp.PyArray_DATA(offsets), o.offsets.p, <size_t>o.offsets.len)
+    if o.data.len:
+        memcpy(cnp.PyArray_DATA(data), o.data.p, <size_t>o.data.len)
+    _out_free(o)
+    for a in (terms, offsets, data):
+        a.flags.writeable = False
+    return [terms, offsets, data]
+
+
+cdef int _raise_build_error(int rc) except -1:
+    if rc == -2:
+        raise OverflowError("a segment field would hold more than 4 GiB of postings")
+    raise MemoryError()
 
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef void _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta, bint any_dead,
-                       const int64_t* dmap, const int64_t* tmap, int64_t* cur,
-                       uint32_t* o_terms, int64_t* o_off, uint32_t* o_docs, uint8_t* o_tfs,
-                       int64_t* n_terms, int64_t* n_post) noexcept nogil:
+cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta,
+                      const int64_t* dmap, const int64_t* tmap, int64_t* cur, FieldOut* out,
+                      RawBuf* tdocs, RawBuf* ttfs) noexcept nogil:
     """k-way merge of one field of segments with ascending doc ranges, dropping dead docs.
 
-    With `o_terms == NULL` only counts. `dmap`/`tmap` (may be NULL) renumber docs/terms; both
-    must be increasing on what is kept, so the output stays sorted.
+    `dmap`/`tmap` (may be NULL) renumber docs/terms; both must be increasing on what is kept, so
+    the output stays sorted. A list that only one segment holds, with nothing to drop or
+    renumber, is copied as it is (lists hold absolute doc ids). Returns 0, -1 or -2 (_out_term).
     """
-    cdef int64_t s, i, p, lo, hi, nt = 0, npost = 0, cnt
+    cdef int64_t s, i, j, c, n, holders, only, lo, hi
     cdef uint32_t t, d
     cdef const FieldPostings* fp
+    cdef PList L
+    cdef uint32_t* od
+    cdef uint8_t* ot
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef bint chk
+    cdef int rc
     for s in range(k):
         cur[s] = 0
-    if o_off != NULL:
-        o_off[0] = 0
     while True:
         t = NO_DOC
+        holders = 0
+        only = 0
         for s in range(k):
             fp = &views[s].f[f]
-            if cur[s] < fp.n_terms and fp.terms[cur[s]] < t:
-                t = fp.terms[cur[s]]
-        if t == NO_DOC:
+            if cur[s] < fp.n_terms and fp.terms[cur[s]] <= t:
+                if fp.terms[cur[s]] < t:
+                    t = fp.terms[cur[s]]
+                    holders = 0
+                holders += 1
+                only = s
+        if holders == 0:
             break
-        cnt = 0
+        if holders == 1 and dmap == NULL and views[only].n_dead == 0:
+            fp = &views[only].f[f]
+            lo = fp.offsets[cur[only]]
+            hi = fp.offsets[cur[only] + 1]
+            cur[only] += 1
+            if rb_reserve(&out.data, out.data.len + hi - lo) < 0:
+                return -1
+            memcpy(out.data.p + out.data.len, fp.data + lo, <size_t>(hi - lo))
+            out.data.len += hi - lo
+            rc = _out_term(out, <uint32_t>tmap[t] if tmap != NULL else t)
+            if rc < 0:
+                return rc
+            continue
+        n = 0
         for s in range(k):
             fp = &views[s].f[f]
             if cur[s] >= fp.n_terms or fp.terms[cur[s]] != t:
                 continue
-            i = cur[s]
+            chk = dmap != NULL or views[s].n_dead > 0
+            _open_list(&L, fp.data + fp.offsets[cur[s]])
             cur[s] += 1
-            lo = fp.offsets[i]
-            hi = fp.offsets[i + 1]
-            if not any_dead and dmap == NULL:
-                if o_docs != NULL:
-                    memcpy(o_docs + npost + cnt, fp.docs + lo, <size_t>((hi - lo) * 4))
-                    memcpy(o_tfs + npost + cnt, fp.tfs + lo, <size_t>(hi - lo))
-                cnt += hi - lo
-                continue
-            for p in range(lo, hi):
-                d = fp.docs[p]
-                if any_dead and not (meta[d] & IX_LIVE):
-                    continue
-                if o_docs != NULL:
-                    o_docs[npost + cnt] = <uint32_t>dmap[d] if dmap != NULL else d
-                    o_tfs[npost + cnt] = fp.tfs[p]
-                cnt += 1
-        if cnt == 0:
+            if rb_reserve(tdocs, 4 * (n + L.n)) < 0 or rb_reserve(ttfs, n + L.n) < 0:
+                return -1
+            od = <uint32_t*>tdocs.p
+            ot = <uint8_t*>ttfs.p
+            for j in range(L.nb):
+                c = _block(&L, j, bd, bt)
+                for i in range(c):
+                    d = bd[i]
+                    if chk and not (meta[d] & IX_LIVE):
+                        continue
+                    od[n] = <uint32_t>dmap[d] if dmap != NULL else d
+                    ot[n] = bt[i]
+                    n += 1
+        if n == 0:
             continue
-        if o_terms != NULL:
-            o_terms[nt] = <uint32_t>tmap[t] if tmap != NULL else t
-            o_off[nt + 1] = npost + cnt
-        nt += 1
-        npost += cnt
-    n_terms[0] = nt
-    n_post[0] = npost
+        rc = _out_list(out, <uint32_t>tmap[t] if tmap != NULL else t, <uint32_t*>tdocs.p,
+                       <uint8_t*>ttfs.p, n)
+        if rc < 0:
+            return rc
+    return 0
 
 
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      uint32_t doc_lo, uint32_t doc_hi):
     """One segment with the live postings of `segs` (ascending doc ranges)."""
     cdef int64_t k = len(segs), s
-    cdef int f
-    cdef bint any_dead = dmap != NULL
-    cdef int64_t nt, npost
+    cdef int f, rc = 0
     cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(k * sizeof(SegView) + 1))
     cdef int64_t* cur = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
     cdef list arrays = []
-    cdef cnp.ndarray a_terms, a_off, a_docs, a_tfs
+    cdef FieldOut out
+    cdef RawBuf tdocs, ttfs
+    memset(&out, 0, sizeof(FieldOut))
+    memset(&tdocs, 0, sizeof(RawBuf))
+    memset(&ttfs, 0, sizeof(RawBuf))
     try:
         if views == NULL or cur == NULL:
             raise MemoryError()
         for s in range(k):
             views[s] = (<_Segment>segs[s]).v
-            any_dead = any_dead or views[s].n_dead > 0
         for f in range(3):
             with nogil:
-                _merge_field(views, k, f, meta, any_dead, dmap, tmap, cur,
-                             NULL, NULL, NULL, NULL, &nt, &npost)
-            a_terms, a_off, a_docs, a_tfs = _empty_field_arrays(nt, npost)
-            with nogil:
-                _merge_field(views, k, f, meta, any_dead, dmap, tmap, cur,
-                             <uint32_t*>cnp.PyArray_DATA(a_terms),
-                             <int64_t*>cnp.PyArray_DATA(a_off),
-                             <uint32_t*>cnp.PyArray_DATA(a_docs),
-                             <uint8_t*>cnp.PyArray_DATA(a_tfs), &nt, &npost)
-            arrays += [a_terms, a_off, a_docs, a_tfs]
+                rc = _out_init(&out)
+                if rc == 0:
+                    rc = _merge_field(views, k, f, meta, dmap, tmap, cur, &out, &tdocs, &ttfs)
+            if rc < 0:
+                _raise_build_error(rc)
+            arrays += _out_arrays(&out)
     finally:
+        _out_free(&out)
+        rb_free(&tdocs)
+        rb_free(&ttfs)
         PyMem_Free(views)
         PyMem_Free(cur)
-    for a in arrays:
-        a.flags.writeable = False
     return _segment(doc_lo, doc_hi, arrays)
 
 
@@ -425,27 +846,31 @@ cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t
 
     Returns the number of docs touched, listed in q.gt.
     """
-    cdef int64_t li, i, ki, ng = 0
+    cdef int64_t li, i, ki, j, c, ng = 0
     cdef const PList* L
     cdef uint32_t d, w
     cdef int f
     cdef int32_t e
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
         f = L.field
         if skip_content and f == 0:
             continue
-        for i in range(L.n):
-            d = L.docs[i]
-            if not q.okmeta[q.meta[d]]:
-                continue
-            if q.extra and not _extra_ok(q, d):
-                continue
-            w = q.tfacc[d]
-            if w == 0:
-                q.gt[ng] = d
-                ng += 1
-            q.tfacc[d] = _tf_add(w, f, L.tfs[i])
+        for j in range(L.nb):
+            c = _block(L, j, bd, bt)
+            for i in range(c):
+                d = bd[i]
+                if not q.okmeta[q.meta[d]]:
+                    continue
+                if q.extra and not _extra_ok(q, d):
+                    continue
+                w = q.tfacc[d]
+                if w == 0:
+                    q.gt[ng] = d
+                    ng += 1
+                q.tfacc[d] = _tf_add(w, f, bt[i])
     if q.head != NULL:
         for ki in range(g.key_lo, g.key_hi):
             e = q.head[gterms[ki]]
@@ -465,17 +890,20 @@ cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t
 @cython.wraparound(False)
 cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
     """Live docs holding any key of the group in any field (for groups of several keys)."""
-    cdef int64_t li, i, ki, df = 0
+    cdef int64_t li, i, ki, j, c, df = 0
     cdef const PList* L
     cdef uint32_t d
     cdef int32_t e
+    cdef uint32_t bd[IX_BLOCK]
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
-        for i in range(L.n):
-            d = L.docs[i]
-            if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
-                q.gmark[d] = q.gepoch
-                df += 1
+        for j in range(L.nb):
+            c = _block(L, j, bd, NULL)
+            for i in range(c):
+                d = bd[i]
+                if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
+                    q.gmark[d] = q.gepoch
+                    df += 1
     if q.head != NULL:
         for ki in range(g.key_lo, g.key_hi):
             e = q.head[gterms[ki]]
@@ -625,13 +1053,15 @@ cdef int64_t _single(Query* q, const Group* g, const PList* lists, const uint32_
     skipping the docs that the division-free test of _content_cut rules out. Heap items keep the
     packed tfs in `i` so that the breakdown is recomputed exactly at the end.
     """
-    cdef int64_t ng, li, i, j, nh = 0
+    cdef int64_t ng, li, i, j, b, c, nh = 0
     cdef const PList* L
     cdef uint32_t d, w, tf
     cdef double cut[3]
     cdef double s
     cdef double p[3]
     cdef const uint32_t* lens = q.lens
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
     cut[0] = 0.0
     cut[1] = -1.0
     cut[2] = 0.0
@@ -640,27 +1070,29 @@ cdef int64_t _single(Query* q, const Group* g, const PList* lists, const uint32_
         L = &lists[li]
         if L.field != 0:
             continue
-        for i in range(L.n):
-            d = L.docs[i]
-            if not q.okmeta[q.meta[d]]:
-                continue
-            if q.extra and not _extra_ok(q, d):
-                continue
-            w = q.tfacc[d]
-            if w != 0:                                # also in another field: finished below
-                q.tfacc[d] = _tf_add(w, 0, L.tfs[i])
-                continue
-            tf = L.tfs[i]
-            if cut[0] * <double>tf < cut[1] + cut[2] * <double>lens[3 * <int64_t>d]:
-                continue
-            p[0] = 0.0
-            p[1] = 0.0
-            p[2] = 0.0
-            _add_parts(q, d, tf, g.idf, p)
-            s = (p[0] + p[1]) + p[2]
-            nh = _heap_offer(q, heap, nh, k, s, d, tf)
-            if nh == k:
-                _content_cut(q, heap[0].s, g.idf, cut)
+        for b in range(L.nb):
+            c = _block(L, b, bd, bt)
+            for i in range(c):
+                d = bd[i]
+                if not q.okmeta[q.meta[d]]:
+                    continue
+                if q.extra and not _extra_ok(q, d):
+                    continue
+                w = q.tfacc[d]
+                if w != 0:                            # also in another field: finished below
+                    q.tfacc[d] = _tf_add(w, 0, bt[i])
+                    continue
+                tf = bt[i]
+                if cut[0] * <double>tf < cut[1] + cut[2] * <double>lens[3 * <int64_t>d]:
+                    continue
+                p[0] = 0.0
+                p[1] = 0.0
+                p[2] = 0.0
+                _add_parts(q, d, tf, g.idf, p)
+                s = (p[0] + p[1]) + p[2]
+                nh = _heap_offer(q, heap, nh, k, s, d, tf)
+                if nh == k:
+                    _content_cut(q, heap[0].s, g.idf, cut)
     for j in range(ng):
         d = q.gt[j]
         w = q.tfacc[d]
@@ -745,25 +1177,36 @@ cdef int64_t _prune(Query* q, int64_t nq, double rest, double theta) noexcept no
 cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
                  int64_t nq) noexcept nogil:
     """Sum the group's tfs into q.tfacc for the candidates only (q.qt sorted ascending)."""
-    cdef int64_t li, j, pos, ki
+    cdef int64_t li, j, pos, ki, blk, cur, c = 0
     cdef const PList* L
     cdef const SegView* sv
     cdef uint32_t d
     cdef int32_t e
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
         sv = &q.views[L.seg]
-        j = lower_bound_u32(q.qt, 0, nq, sv.doc_lo)
+        j = lower_bound_u32(q.qt, 0, nq, L.first)
         pos = 0
+        blk = 0
+        cur = -1                                      # the block decoded in bd/bt
         while j < nq:
             d = q.qt[j]
             if d >= sv.doc_hi:
                 break
-            pos = gallop_u32(L.docs, pos, L.n, d)
-            if pos >= L.n:
+            blk = _find_block(L, blk, d)
+            if blk >= L.nb:
                 break
-            if L.docs[pos] == d:
-                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, L.tfs[pos])
+            if blk != cur:
+                c = _block(L, blk, bd, bt)
+                cur = blk
+                pos = 0
+            pos = gallop_u32(bd, pos, c, d)
+            if pos >= c:                              # past the end of a one-block list
+                break
+            if bd[pos] == d:
+                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, bt[pos])
             j += 1
     if q.head != NULL:
         for ki in range(g.key_lo, g.key_hi):
@@ -780,11 +1223,13 @@ cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* g
 cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_groups,
                  const PList* lists, const uint32_t* gterms, double* out) noexcept nogil:
     """The breakdown of one doc, groups in ascending key order (the same sums as _exhaustive)."""
-    cdef int64_t gi, li, ki, pos
+    cdef int64_t gi, li, ki, pos, blk, c
     cdef int32_t seg = -1, e
     cdef int64_t lo = 0, hi = q.n_views, mid
     cdef uint32_t w
     cdef const PList* L
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
     if d < q.buf_lo:
         while lo < hi:                                # the segment whose range holds d
             mid = (lo + hi) >> 1
@@ -801,11 +1246,15 @@ cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_grou
         if seg >= 0:
             for li in range(groups[gi].list_lo, groups[gi].list_hi):
                 L = &lists[li]
-                if L.seg != seg:
+                if L.seg != seg or d < L.first:
                     continue
-                pos = lower_bound_u32(L.docs, 0, L.n, d)
-                if pos < L.n and L.docs[pos] == d:
-                    w = _tf_add(w, L.field, L.tfs[pos])
+                blk = _find_block(L, 0, d)
+                if blk >= L.nb:
+                    continue
+                c = _block(L, blk, bd, bt)
+                pos = lower_bound_u32(bd, 0, c, d)
+                if pos < c and bd[pos] == d:
+                    w = _tf_add(w, L.field, bt[pos])
         elif q.head != NULL:
             for ki in range(groups[gi].key_lo, groups[gi].key_hi):
                 e = q.head[gterms[ki]]
@@ -938,13 +1387,12 @@ cdef class SearchIndex:
         garr_init(&self._lens, 12)
         garr_init(&self._tag_off, 8)
         garr_init(&self._tag_val, 8)
-        garr_init(&self._fwd_off, 8)
-        garr_init(&self._fwd, 1)
         garr_init(&self._b_doc, 4)
         garr_init(&self._b_tf, 1)
         garr_init(&self._b_field, 1)
         garr_init(&self._b_next, 4)
         garr_init(&self._b_terms, 4)
+        garr_init(&self._b_tid, 4)
         garr_init(&self._a_keys, 8)
         garr_init(&self._a_tids, 4)
         garr_init(&self._s_tfacc, 4)
@@ -980,11 +1428,8 @@ cdef class SearchIndex:
         if self._t_table.len == 0:
             self._table_rebuild(IX_TABLE_MIN)
         garr_reserve(&self._tag_off, 1)
-        garr_reserve(&self._fwd_off, 1)
         (<int64_t*>self._tag_off.data)[0] = 0
-        (<int64_t*>self._fwd_off.data)[0] = 0
         self._tag_off.len = 1
-        self._fwd_off.len = 1
 
     def __dealloc__(self):
         garr_free(&self._t_keys)
@@ -999,13 +1444,12 @@ cdef class SearchIndex:
         garr_free(&self._lens)
         garr_free(&self._tag_off)
         garr_free(&self._tag_val)
-        garr_free(&self._fwd_off)
-        garr_free(&self._fwd)
         garr_free(&self._b_doc)
         garr_free(&self._b_tf)
         garr_free(&self._b_field)
         garr_free(&self._b_next)
         garr_free(&self._b_terms)
+        garr_free(&self._b_tid)
         garr_free(&self._a_keys)
         garr_free(&self._a_tids)
         garr_free(&self._s_tfacc)
@@ -1115,10 +1559,8 @@ cdef class SearchIndex:
         cdef const uint64_t[::1] tk = _keys_array(tag_keys)
         cdef const uint64_t[::1] th = _keys_array(tag_hashes)
         cdef bytes ub = bytes(ulid)
-        cdef int64_t n = self._n_docs, i, ntid, nf, nt
+        cdef int64_t n = self._n_docs, i, j, n0, nt
         cdef uint32_t* tids
-        cdef uint32_t prev, gap
-        cdef uint8_t* out
         cdef uint32_t* df
         if doc != n:
             raise ValueError(f"doc must be {n} (the next doc id), got {doc}")
@@ -1142,7 +1584,6 @@ cdef class SearchIndex:
         garr_reserve(&self._ulid, n + 1)
         garr_reserve(&self._lens, n + 1)
         garr_reserve(&self._tag_off, n + 2)
-        garr_reserve(&self._fwd_off, n + 2)
         nt = self._tag_val.len
         garr_reserve(&self._tag_val, nt + th.shape[0])
         (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3)
@@ -1163,35 +1604,23 @@ cdef class SearchIndex:
 
         self._a_tids.len = 0
         self._add_field(<uint32_t>n, 0, _ptr(ck), ck.shape[0])
+        n0 = self._a_tids.len
         self._add_field(<uint32_t>n, 1, _ptr(sk), sk.shape[0])
         self._add_field(<uint32_t>n, 2, _ptr(tk), tk.shape[0])
 
-        # Forward index: the doc's unique term ids, so that remove() can lower their df.
+        # df counts the doc once per term: the content terms are unique, the few summary and
+        # tag terms are looked up among the terms before them.
         tids = <uint32_t*>self._a_tids.data
-        ntid = self._a_tids.len
-        if ntid > 1:
-            qsort(tids, <size_t>ntid, 4, _cmp_u32)
-        nf = self._fwd.len
-        garr_reserve(&self._fwd, nf + 5 * ntid)
         garr_own(&self._t_df)
         df = <uint32_t*>self._t_df.data
-        out = <uint8_t*>self._fwd.data
-        prev = 0
-        for i in range(ntid):
-            if i > 0 and tids[i] == tids[i - 1]:
-                continue
+        for i in range(self._a_tids.len):
+            if i >= n0:
+                j = 0
+                while j < i and tids[j] != tids[i]:
+                    j += 1
+                if j < i:
+                    continue
             df[tids[i]] += 1
-            gap = tids[i] - prev
-            prev = tids[i]
-            while gap >= 0x80:
-                out[nf] = <uint8_t>((gap & 0x7F) | 0x80)
-                nf += 1
-                gap >>= 7
-            out[nf] = <uint8_t>gap
-            nf += 1
-        self._fwd.len = nf
-        (<int64_t*>self._fwd_off.data)[n + 1] = nf
-        self._fwd_off.len = n + 2
 
         self._sum_len[0] += ck.shape[0]
         self._sum_len[1] += sk.shape[0]
@@ -1228,6 +1657,7 @@ cdef class SearchIndex:
             garr_reserve(&self._b_tf, e + 1)
             garr_reserve(&self._b_field, e + 1)
             garr_reserve(&self._b_next, e + 1)
+            garr_reserve(&self._b_tid, e + 1)
             head = <int32_t*>self._t_head.data
             if head[t] < 0:
                 garr_reserve(&self._b_terms, self._b_terms.len + 1)
@@ -1237,51 +1667,69 @@ cdef class SearchIndex:
             (<uint8_t*>self._b_tf.data)[e] = <uint8_t>min(j - i, IX_TF_CAP)
             (<uint8_t*>self._b_field.data)[e] = <uint8_t>f
             (<int32_t*>self._b_next.data)[e] = head[t]
+            (<uint32_t*>self._b_tid.data)[e] = <uint32_t>t
             head[t] = <int32_t>e
             self._b_doc.len = self._b_tf.len = self._b_field.len = self._b_next.len = e + 1
+            self._b_tid.len = e + 1
             i = j
         return 0
 
-    def remove(self, int64_t doc) -> None:
-        """Take doc out of results and statistics at once; removing a removed doc does nothing."""
-        with self._lock:
-            self._remove(doc)
+    def remove(self, int64_t doc, content_keys=None, summary_keys=None, tag_keys=None) -> None:
+        """Take doc out of results and statistics at once; removing a removed doc does nothing.
 
-    def _remove(self, int64_t doc):
+        Pass the three key arrays that `add` got for the doc: its terms' df then drops at the
+        cost of one dictionary probe per key. Without them (e.g. the doc's text is lost) the
+        doc's terms are found in the postings instead: exact, but it reads a whole segment.
+        """
+        with self._lock:
+            self._remove(doc, content_keys, summary_keys, tag_keys)
+
+    def _remove(self, int64_t doc, content_keys, summary_keys, tag_keys):
         cdef uint8_t* meta
         cdef const uint32_t* ln
-        cdef const uint8_t* p
-        cdef const uint8_t* end
         cdef uint32_t* df
-        cdef uint32_t tid = 0, gap
-        cdef int shift
-        cdef int64_t s
+        cdef const uint32_t* tids
+        cdef const uint64_t[::1] keys
+        cdef int64_t s, i, nt, t
         if not 0 <= doc < self._n_docs:
             raise ValueError(f"no doc {doc}")
+        given = (content_keys, summary_keys, tag_keys)
+        if any(k is not None for k in given) and any(k is None for k in given):
+            raise TypeError("give all three key arrays or none")
         if not ((<uint8_t*>self._meta.data)[doc] & IX_LIVE):
             return
+        ln = <const uint32_t*>self._lens.data + 3 * doc
+        if content_keys is None:
+            nt = self._doc_terms(doc)
+        else:
+            self._a_tids.len = 0
+            for s in range(3):
+                keys = _keys_array(given[s])
+                if keys.shape[0] != ln[s]:
+                    raise ValueError(f"the keys of doc {doc} do not match what was added")
+                garr_reserve(&self._a_tids, self._a_tids.len + keys.shape[0])
+                for i in range(keys.shape[0]):
+                    t = self._term_find(keys[i])
+                    if t < 0:
+                        raise ValueError(f"the keys of doc {doc} do not match what was added")
+                    (<uint32_t*>self._a_tids.data)[self._a_tids.len] = <uint32_t>t
+                    self._a_tids.len += 1
+            nt = _sort_unique_u32(<uint32_t*>self._a_tids.data, self._a_tids.len)
+        tids = <const uint32_t*>self._a_tids.data
+        df = <uint32_t*>self._t_df.data
+        for i in range(nt):
+            if df[tids[i]] == 0:
+                raise ValueError(f"the keys of doc {doc} do not match what was added")
         garr_own(&self._meta)
         garr_own(&self._t_df)
+        df = <uint32_t*>self._t_df.data
+        for i in range(nt):
+            df[tids[i]] -= 1
         meta = <uint8_t*>self._meta.data
         meta[doc] &= ~IX_LIVE
         self._n_live -= 1
-        ln = <const uint32_t*>self._lens.data + 3 * doc
         for s in range(3):
             self._sum_len[s] -= ln[s]
-        df = <uint32_t*>self._t_df.data
-        p = <const uint8_t*>self._fwd.data + (<int64_t*>self._fwd_off.data)[doc]
-        end = <const uint8_t*>self._fwd.data + (<int64_t*>self._fwd_off.data)[doc + 1]
-        while p < end:
-            gap = 0
-            shift = 0
-            while True:
-                gap |= <uint32_t>(p[0] & 0x7F) << shift
-                shift += 7
-                p += 1
-                if p[-1] < 0x80:
-                    break
-            tid += gap
-            df[tid] -= 1
         if doc >= self._buf_lo:
             self._buf_dead += 1
             return
@@ -1290,6 +1738,47 @@ cdef class SearchIndex:
                 self._views[s].n_dead += 1
                 (<_Segment>self._segs[s]).v.n_dead += 1
                 break
+
+    @cython.boundscheck(False)
+    @cython.wraparound(False)
+    cdef int64_t _doc_terms(self, int64_t doc) except -1:
+        """The doc's unique term ids, sorted, in _a_tids, read from the buffer or its segment."""
+        cdef int64_t lo, hi, e, s, f, i, blk, c
+        cdef const uint32_t* b_doc = <const uint32_t*>self._b_doc.data
+        cdef const uint32_t* b_tid = <const uint32_t*>self._b_tid.data
+        cdef const FieldPostings* fp
+        cdef PList L
+        cdef uint32_t bd[IX_BLOCK]
+        cdef uint32_t d = <uint32_t>doc
+        self._a_tids.len = 0
+        if doc >= self._buf_lo:                       # a doc's buffer postings are adjacent
+            lo = lower_bound_u32(b_doc, 0, self._b_doc.len, d)
+            hi = lower_bound_u32(b_doc, lo, self._b_doc.len, d + 1)
+            garr_reserve(&self._a_tids, hi - lo)
+            for e in range(lo, hi):
+                (<uint32_t*>self._a_tids.data)[e - lo] = b_tid[e]
+            self._a_tids.len = hi - lo
+        else:
+            for s in range(self._n_views):
+                if not self._views[s].doc_lo <= doc < self._views[s].doc_hi:
+                    continue
+                for f in range(3):
+                    fp = &self._views[s].f[f]
+                    for i in range(fp.n_terms):
+                        _open_list(&L, fp.data + fp.offsets[i])
+                        if d < L.first:
+                            continue
+                        blk = _find_block(&L, 0, d)
+                        if blk >= L.nb:
+                            continue
+                        c = _block(&L, blk, bd, NULL)
+                        e = lower_bound_u32(bd, 0, c, d)
+                        if e >= c or bd[e] != d:
+                            continue
+                        garr_reserve(&self._a_tids, self._a_tids.len + 1)
+                        (<uint32_t*>self._a_tids.data)[self._a_tids.len] = fp.terms[i]
+                        self._a_tids.len += 1
+        return _sort_unique_u32(<uint32_t*>self._a_tids.data, self._a_tids.len)
 
     def is_live(self, int64_t doc) -> bool:
         return 0 <= doc < self._n_docs and bool((<uint8_t*>self._meta.data)[doc] & IX_LIVE)
@@ -1314,9 +1803,8 @@ cdef class SearchIndex:
     cdef int _flush(self) except -1:
         """Turn the buffer into a segment (dead docs dropped) and empty it."""
         cdef uint32_t* terms = <uint32_t*>self._b_terms.data
-        cdef int64_t nbt = self._b_terms.len, i, f, nt, pos
-        cdef int64_t counts[3]
-        cdef int64_t* tcount
+        cdef int64_t nbt = self._b_terms.len, i, f
+        cdef int64_t cnt[3]
         cdef int32_t* head = <int32_t*>self._t_head.data
         cdef const uint32_t* b_doc = <const uint32_t*>self._b_doc.data
         cdef const uint8_t* b_tf = <const uint8_t*>self._b_tf.data
@@ -1324,74 +1812,70 @@ cdef class SearchIndex:
         cdef const int32_t* b_next = <const int32_t*>self._b_next.data
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
         cdef int32_t e
-        cdef uint32_t* o_terms[3]
-        cdef int64_t* o_off[3]
-        cdef uint32_t* o_docs[3]
-        cdef uint8_t* o_tfs[3]
+        cdef FieldOut outs[3]
+        cdef RawBuf tdocs[3]
+        cdef RawBuf ttfs[3]
+        cdef int rc = 0
         cdef list arrays = []
         cdef uint32_t lo = self._buf_lo
         if <int64_t>lo == self._n_docs:
             return 0
         if nbt > 1:
             qsort(terms, <size_t>nbt, 4, _cmp_u32)
-        # per term and field: live postings, so that the arrays are allocated at their size
-        tcount = <int64_t*>PyMem_Malloc(<size_t>(24 * nbt + 1))
-        if tcount == NULL:
-            raise MemoryError()
+        memset(outs, 0, sizeof(outs))
+        memset(tdocs, 0, sizeof(tdocs))
+        memset(ttfs, 0, sizeof(ttfs))
         try:
-            counts[0] = counts[1] = counts[2] = 0
-            memset(tcount, 0, <size_t>(24 * nbt))
-            for i in range(nbt):
-                e = head[terms[i]]
-                while e >= 0:
-                    if meta[b_doc[e]] & IX_LIVE:
-                        tcount[3 * i + b_field[e]] += 1
-                    e = b_next[e]
-                for f in range(3):
-                    counts[f] += tcount[3 * i + f]
-            for f in range(3):
-                nt = 0
-                for i in range(nbt):
-                    nt += tcount[3 * i + f] > 0
-                fa = _empty_field_arrays(nt, counts[f])
-                arrays += fa
-                o_terms[f] = <uint32_t*>cnp.PyArray_DATA(fa[0])
-                o_off[f] = <int64_t*>cnp.PyArray_DATA(fa[1])
-                o_docs[f] = <uint32_t*>cnp.PyArray_DATA(fa[2])
-                o_tfs[f] = <uint8_t*>cnp.PyArray_DATA(fa[3])
             with nogil:
                 for f in range(3):
-                    nt = 0
-                    pos = 0
-                    for i in range(nbt):
-                        if tcount[3 * i + f] == 0:
-                            continue
-                        o_terms[f][nt] = terms[i]
-                        pos += tcount[3 * i + f]
-                        tcount[3 * i + f] = pos       # now the end of the term's range
-                        nt += 1
-                        o_off[f][nt] = pos
-                # chains run newest first: fill each term's range from its end
-                for i in range(nbt):
+                    if rc == 0:
+                        rc = _out_init(&outs[f])
+                i = 0
+                while i < nbt and rc == 0:
+                    # chains run newest first: count, then fill each field's list from its end
+                    cnt[0] = cnt[1] = cnt[2] = 0
+                    e = head[terms[i]]
+                    while e >= 0:
+                        if meta[b_doc[e]] & IX_LIVE:
+                            cnt[b_field[e]] += 1
+                        e = b_next[e]
+                    for f in range(3):
+                        if rb_reserve(&tdocs[f], 4 * cnt[f]) < 0 or rb_reserve(&ttfs[f], cnt[f]) < 0:
+                            rc = -1
+                    if rc < 0:
+                        break
                     e = head[terms[i]]
                     while e >= 0:
                         if meta[b_doc[e]] & IX_LIVE:
                             f = b_field[e]
-                            tcount[3 * i + f] -= 1
-                            pos = tcount[3 * i + f]
-                            o_docs[f][pos] = b_doc[e]
-                            o_tfs[f][pos] = b_tf[e]
+                            cnt[f] -= 1
+                            (<uint32_t*>tdocs[f].p)[cnt[f]] = b_doc[e]
+                            (<uint8_t*>ttfs[f].p)[cnt[f]] = b_tf[e]
+                            tdocs[f].len += 1
                         e = b_next[e]
-                    head[terms[i]] = -1
+                    for f in range(3):
+                        if tdocs[f].len > 0 and rc == 0:
+                            rc = _out_list(&outs[f], terms[i], <uint32_t*>tdocs[f].p,
+                                           <uint8_t*>ttfs[f].p, tdocs[f].len)
+                        tdocs[f].len = 0
+                    i += 1
+            if rc < 0:
+                _raise_build_error(rc)
+            for i in range(nbt):
+                head[terms[i]] = -1
+            for f in range(3):
+                arrays += _out_arrays(&outs[f])
         finally:
-            PyMem_Free(tcount)
+            for f in range(3):
+                _out_free(&outs[f])
+                rb_free(&tdocs[f])
+                rb_free(&ttfs[f])
         self._b_terms.len = 0
         self._b_doc.len = self._b_tf.len = self._b_field.len = self._b_next.len = 0
+        self._b_tid.len = 0
         self._buf_lo = <uint32_t>self._n_docs
         self._buf_dead = 0
-        for a in arrays:
-            a.flags.writeable = False
-        if any(arrays[4 * f + 2].shape[0] for f in range(3)):
+        if any(arrays[3 * f + 2].shape[0] for f in range(3)):
             self._set_segments(self._segs + [_segment(lo, <uint32_t>self._n_docs, arrays)])
         return 0
 
@@ -1536,9 +2020,7 @@ cdef class SearchIndex:
                             continue
                         garr_reserve(&self._q_lists, self._q_lists.len + 1)
                         L = <PList*>self._q_lists.data + self._q_lists.len
-                        L.docs = fp.docs + fp.offsets[li]
-                        L.tfs = fp.tfs + fp.offsets[li]
-                        L.n = fp.offsets[li + 1] - fp.offsets[li]
+                        _open_list(L, fp.data + fp.offsets[li])
                         L.seg = <int32_t>s
                         L.field = f
                         g.n_postings += L.n
@@ -1701,7 +2183,7 @@ cdef class SearchIndex:
         cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
                                           (self._b[0], self._b[1], self._b[2]))
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
-        cdef int64_t i, j, o, nt, nf, cap
+        cdef int64_t i, j, o, nt, cap
         cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)
         cdef cnp.ndarray tmap = np.full(T, -1, dtype=np.int64)
         cdef int64_t* o2n = <int64_t*>cnp.PyArray_DATA(old_to_new)
@@ -1709,9 +2191,6 @@ cdef class SearchIndex:
         cdef const uint32_t* df = <const uint32_t*>self._t_df.data
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
         cdef const int64_t* toff = <const int64_t*>self._tag_off.data
-        cdef const int64_t* foff = <const int64_t*>self._fwd_off.data
-        cdef const uint8_t* fwd = <const uint8_t*>self._fwd.data
-        cdef uint8_t* ofwd
         cdef _Segment m
         self._flush()
         for t in range(T):
@@ -1737,19 +2216,13 @@ cdef class SearchIndex:
         garr_reserve(&out._ulid, nl)
         garr_reserve(&out._lens, nl)
         garr_reserve(&out._tag_off, nl + 1)
-        garr_reserve(&out._fwd_off, nl + 1)
         nt = 0
-        nf = 0
         for i in range(n):
             if meta[i] & IX_LIVE:
                 nt += toff[i + 1] - toff[i]
-                nf += foff[i + 1] - foff[i]
         garr_reserve(&out._tag_val, nt)
-        garr_reserve(&out._fwd, nf)                   # a live doc keeps all its terms: gaps shrink
-        ofwd = <uint8_t*>out._fwd.data
         o = 0
         nt = 0
-        nf = 0
         for i in range(n):
             if not (meta[i] & IX_LIVE):
                 continue
@@ -1764,14 +2237,11 @@ cdef class SearchIndex:
             memcpy(out._tag_val.data + 8 * nt, self._tag_val.data + 8 * toff[i], <size_t>(8 * j))
             nt += j
             (<int64_t*>out._tag_off.data)[o + 1] = nt
-            nf = _recode_fwd(fwd + foff[i], fwd + foff[i + 1], tm, ofwd, nf)
-            (<int64_t*>out._fwd_off.data)[o + 1] = nf
             o += 1
         out._meta.len = out._imp.len = out._sess.len = out._ts.len = nl
         out._ulid.len = out._lens.len = nl
-        out._tag_off.len = out._fwd_off.len = nl + 1
+        out._tag_off.len = nl + 1
         out._tag_val.len = nt
-        out._fwd.len = nf
         out._n_docs = out._n_live = nl
         for i in range(3):
             out._sum_len[i] = self._sum_len[i]
@@ -1790,7 +2260,7 @@ cdef class SearchIndex:
                 postings += arr.nbytes
         postings += (garr_bytes(&self._b_doc) + garr_bytes(&self._b_tf) + garr_bytes(&self._b_field)
                      + garr_bytes(&self._b_next) + garr_bytes(&self._b_terms)
-                     + garr_bytes(&self._fwd) + garr_bytes(&self._fwd_off))
+                     + garr_bytes(&self._b_tid))
         terms = (garr_bytes(&self._t_keys) + garr_bytes(&self._t_df) + garr_bytes(&self._t_table)
                  + garr_bytes(&self._t_head))
         doc_columns = (garr_bytes(&self._meta) + garr_bytes(&self._imp) + garr_bytes(&self._sess)
@@ -1829,12 +2299,11 @@ cdef class SearchIndex:
             "term_table": garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,)),
         }
         seg_arrays = (<_Segment>self._segs[0]).arrays if self._segs else \
-            _empty_field_arrays(0, 0) * 3
+            _empty_field_arrays() * 3
         for f, name in enumerate(FIELDS):
-            out[f"post_terms_{name}"] = seg_arrays[4 * f]
-            out[f"post_offsets_{name}"] = seg_arrays[4 * f + 1]
-            out[f"post_docs_{name}"] = seg_arrays[4 * f + 2]
-            out[f"post_tfs_{name}"] = seg_arrays[4 * f + 3]
+            out[f"post_terms_{name}"] = seg_arrays[3 * f]
+            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
+            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
         out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
         out["doc_importance"] = garr_to_numpy(&self._imp, np.uint8, (n,))
         out["doc_session"] = garr_to_numpy(&self._sess, np.int64, (n,))
@@ -1843,8 +2312,6 @@ cdef class SearchIndex:
         out["doc_lens"] = garr_to_numpy(&self._lens, np.uint32, (n, 3))
         out["tag_offsets"] = garr_to_numpy(&self._tag_off, np.int64, (n + 1,))
         out["tag_hashes"] = garr_to_numpy(&self._tag_val, np.uint64, (self._tag_val.len,))
-        out["fwd_offsets"] = garr_to_numpy(&self._fwd_off, np.int64, (n + 1,))
-        out["fwd_terms"] = garr_to_numpy(&self._fwd, np.uint8, (self._fwd.len,))
         return out
 
     @classmethod
@@ -1874,10 +2341,7 @@ cdef class SearchIndex:
             raise ValueError("bad doc_meta")
         tag_off = _arr(arrays, "tag_offsets", np.int64, (n + 1,))
         tag_val = _arr(arrays, "tag_hashes", np.uint64, None)
-        fwd_off = _arr(arrays, "fwd_offsets", np.int64, (n + 1,))
-        fwd = _arr(arrays, "fwd_terms", np.uint8, None)
         _check_offsets(tag_off, tag_val.shape[0], "tag_offsets")
-        _check_offsets(fwd_off, fwd.shape[0], "fwd_offsets")
         garr_borrow(&ix._t_keys, keys, ix._keep)
         garr_borrow(&ix._t_df, _arr(arrays, "term_df", np.uint32, (T,)), ix._keep)
         garr_borrow(&ix._t_table, table, ix._keep)
@@ -1890,31 +2354,30 @@ cdef class SearchIndex:
         garr_borrow(&ix._lens, _arr(arrays, "doc_lens", np.uint32, (n, 3)), ix._keep)
         garr_borrow(&ix._tag_off, tag_off, ix._keep)
         garr_borrow(&ix._tag_val, tag_val, ix._keep)
-        garr_borrow(&ix._fwd_off, fwd_off, ix._keep)
-        garr_borrow(&ix._fwd, fwd, ix._keep)
         seg_arrays = []
         for f, name in enumerate(FIELDS):
             terms = _arr(arrays, f"post_terms_{name}", np.uint32, None)
-            offsets = _arr(arrays, f"post_offsets_{name}", np.int64, (terms.shape[0] + 1,))
-            docs = _arr(arrays, f"post_docs_{name}", np.uint32, None)
-            tfs = _arr(arrays, f"post_tfs_{name}", np.uint8, docs.shape)
-            _check_offsets(offsets, docs.shape[0], f"post_offsets_{name}")
+            offsets = _arr(arrays, f"post_offsets_{name}", np.uint32, (terms.shape[0] + 1,))
+            data = _arr(arrays, f"post_data_{name}", np.uint8, None)
+            _check_offsets(offsets, data.shape[0], f"post_offsets_{name}")
             nt = terms.shape[0]
             if nt and (int(terms[nt - 1]) >= T or not bool(np.all(terms[1:] > terms[:nt - 1]))):
                 raise ValueError(f"bad post_terms_{name}")
-            seg_arrays += [terms, offsets, docs, tfs]
+            if not _lists_ok(offsets, data, <uint32_t>n):
+                raise ValueError(f"bad post_data_{name}")
+            seg_arrays += [terms, offsets, data]
         ix._n_docs = n
         ix._n_live = nl
         for f in range(3):
             ix._sum_len[f] = int(sum_len[f])
         ix._buf_lo = <uint32_t>n
-        if any(seg_arrays[4 * f + 2].shape[0] for f in range(3)):
+        if any(seg_arrays[3 * f + 2].shape[0] for f in range(3)):
             ix._set_segments([_segment(0, <uint32_t>n, seg_arrays)])
         return ix
 
 
 cdef bint _nonempty(_Segment s):
-    return s.v.f[0].n_postings + s.v.f[1].n_postings + s.v.f[2].n_postings > 0
+    return s.v.f[0].n_bytes + s.v.f[1].n_bytes + s.v.f[2].n_bytes > 0
 
 
 cdef tuple _empty_result():
@@ -1959,33 +2422,19 @@ cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_
     return pos
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _recode_fwd(const uint8_t* p, const uint8_t* end, const int64_t* tmap, uint8_t* out,
-                         int64_t o) noexcept:
-    """Re-encode one forward-index entry with renumbered term ids (dropped terms skipped)."""
-    cdef uint32_t tid = 0, gap, prev = 0
-    cdef int shift
-    cdef int64_t nt
-    while p < end:
-        gap = 0
-        shift = 0
-        while True:
-            gap |= <uint32_t>(p[0] & 0x7F) << shift
-            shift += 7
-            p += 1
-            if p[-1] < 0x80:
+cdef bint _lists_ok(object offsets, object data, uint32_t doc_hi):
+    """Every list of one field decodes within its bounds, with doc ids below doc_hi."""
+    cdef const uint32_t[::1] off = offsets
+    cdef const uint8_t[::1] dat = data
+    cdef int64_t i, nt = off.shape[0] - 1
+    cdef const uint8_t* base
+    cdef bint ok = True
+    if dat.shape[0] == 0:
+        return nt == 0
+    base = &dat[0]
+    with nogil:
+        for i in range(nt):
+            if _list_check(base + off[i], base + off[i + 1], doc_hi) < 0:
+                ok = False
                 break
-        tid += gap
-        nt = tmap[tid]
-        if nt < 0:
-            continue
-        gap = <uint32_t>nt - prev
-        prev = <uint32_t>nt
-        while gap >= 0x80:
-            out[o] = <uint8_t>((gap & 0x7F) | 0x80)
-            o += 1
-            gap >>= 7
-        out[o] = <uint8_t>gap
-        o += 1
-    return o
+    return ok

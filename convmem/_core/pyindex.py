@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FIELDS = ("content", "summary", "tags")
-ARRAYS_FORMAT = 1
+ARRAYS_FORMAT = 2
+BLOCK = 128  # postings per compressed block
 TF_CAP = 255
 MAX_KIND = 5
 MAX_TIER = 3
@@ -50,30 +51,91 @@ def build_term_table(keys: list[int]) -> np.ndarray:
     return table
 
 
-def encode_term_ids(tids: list[int]) -> bytes:
-    """Forward-index entry: sorted unique term ids as LEB128 gaps (the first gap is from 0)."""
-    out = bytearray()
-    prev = 0
-    for tid in tids:
-        gap = tid - prev
-        prev = tid
-        while gap >= 0x80:
-            out.append((gap & 0x7F) | 0x80)
-            gap >>= 7
-        out.append(gap)
-    return bytes(out)
+def _varint(v: int, out: bytearray) -> None:
+    while v >= 0x80:
+        out.append((v & 0x7F) | 0x80)
+        v >>= 7
+    out.append(v)
 
 
-def decode_term_ids(data: bytes) -> list[int]:
-    tids, cur, shift, value = [], 0, 0, 0
-    for byte in data:
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
         value |= (byte & 0x7F) << shift
         shift += 7
         if byte < 0x80:
-            cur += value
-            tids.append(cur)
-            shift = value = 0
-    return tids
+            return value, pos
+
+
+def _pack(values: list[int], bits: int) -> bytes:
+    """Values of `bits` bits each as a little-endian bit stream, padded to whole bytes."""
+    stream = 0
+    for i, v in enumerate(values):
+        stream |= v << (i * bits)
+    return stream.to_bytes((len(values) * bits + 7) // 8, "little")
+
+
+def _unpack(data: bytes, pos: int, n: int, bits: int) -> tuple[list[int], int]:
+    size = (n * bits + 7) // 8
+    stream = int.from_bytes(data[pos:pos + size], "little")
+    mask = (1 << bits) - 1
+    return [(stream >> (i * bits)) & mask for i in range(n)], pos + size
+
+
+def _tf_code(max_tf1: int) -> tuple[int, int]:
+    """(code, bits) for the largest tf - 1 of a block."""
+    for code, bits in enumerate((0, 1, 2, 8)):
+        if max_tf1 < (1 << bits):
+            return code, bits
+    raise ValueError("tf above 256")
+
+
+def encode_postings(docs: list[int], tfs: list[int]) -> bytes:
+    """One posting list in the compressed format described at the top of index.pyx."""
+    n = len(docs)
+    out = bytearray()
+    _varint(n, out)
+    _varint(docs[0], out)
+    blocks = [range(lo, min(lo + BLOCK, n)) for lo in range(0, n, BLOCK)]
+    skip = bytearray()
+    payload = bytearray()
+    prev = docs[0] - 1
+    for blk in blocks:
+        if len(blocks) > 1:
+            skip += docs[blk[-1]].to_bytes(4, "little") + len(payload).to_bytes(4, "little")
+        deltas = []
+        for i in blk:
+            deltas.append(docs[i] - prev - 1)
+            prev = docs[i]
+        db = max(deltas).bit_length()
+        code, tb = _tf_code(max(tfs[i] - 1 for i in blk))
+        payload.append(db | (code << 6))
+        payload += _pack(deltas, db)
+        payload += _pack([tfs[i] - 1 for i in blk], tb)
+    return bytes(out + skip + payload)
+
+
+def decode_postings(data: bytes, pos: int = 0) -> tuple[list[int], list[int]]:
+    n, pos = _read_varint(data, pos)
+    first, pos = _read_varint(data, pos)
+    nb = (n + BLOCK - 1) // BLOCK
+    if nb > 1:
+        pos += 8 * nb  # the skip table: the blocks follow each other anyway
+    docs: list[int] = []
+    tfs: list[int] = []
+    prev = first - 1
+    for j in range(nb):
+        cnt = min(BLOCK, n - j * BLOCK)
+        hdr = data[pos]
+        deltas, pos = _unpack(data, pos + 1, cnt, hdr & 63)
+        tf1, pos = _unpack(data, pos, cnt, (0, 1, 2, 8)[hdr >> 6])
+        for dl, t in zip(deltas, tf1):
+            prev += dl + 1
+            docs.append(prev)
+            tfs.append(t + 1)
+    return docs, tfs
 
 
 @dataclass
@@ -87,7 +149,6 @@ class _Doc:
     importance: int
     timestamp: int
     ulid: bytes
-    fwd: bytes  # forward-index entry, kept so that to_arrays matches the compiled module
     live: bool = True
     keys: frozenset = field(default_factory=frozenset)  # all keys of all fields
 
@@ -143,25 +204,35 @@ class SearchIndex:
             raise ValueError("ulid must be 16 bytes")
         fields = [_as_keys(k) for k in (content_keys, summary_keys, tag_keys)]
         tfs = []
-        doc_tids = set()
         for keys in fields:
             counts = Counter(keys)
             for key in sorted(counts):  # new terms get ids field by field, keys ascending
                 if key not in self._term_ids:
                     self._term_ids[key] = len(self._term_keys)
                     self._term_keys.append(key)
-                doc_tids.add(self._term_ids[key])
             tfs.append(Counter({k: min(TF_CAP, c) for k, c in counts.items()}))
         self._docs.append(_Doc(
             tfs=tuple(tfs), lens=tuple(len(k) for k in fields),
             tags=tuple(_as_keys(tag_hashes)), session=int(session), kind=int(kind),
             tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
-            fwd=encode_term_ids(sorted(doc_tids)), keys=frozenset().union(*fields)))
+            keys=frozenset().union(*fields)))
 
-    def remove(self, doc: int) -> None:
+    def remove(self, doc: int, content_keys=None, summary_keys=None, tag_keys=None) -> None:
+        """The keys, when given, must be those `add` got (the compiled module lowers df by them)."""
         if not 0 <= doc < len(self._docs):
             raise ValueError(f"no doc {doc}")
-        self._docs[doc].live = False
+        given = (content_keys, summary_keys, tag_keys)
+        if any(k is not None for k in given) and any(k is None for k in given):
+            raise TypeError("give all three key arrays or none")
+        d = self._docs[doc]
+        if not d.live:
+            return
+        if content_keys is not None:
+            for f, keys in enumerate(given):
+                counts = Counter(_as_keys(keys))
+                if counts.keys() != d.tfs[f].keys() or sum(counts.values()) != d.lens[f]:
+                    raise ValueError(f"the keys of doc {doc} do not match what was added")
+        d.live = False
 
     def is_live(self, doc: int) -> bool:
         return 0 <= doc < len(self._docs) and self._docs[doc].live
@@ -246,7 +317,6 @@ class SearchIndex:
 
     def compacted(self):
         keep = [tid for tid in range(len(self._term_keys)) if self._live_df(tid) > 0]
-        new_tid = {old: new for new, old in enumerate(keep)}
         out = SearchIndex(self._k1, self._w, self._b)
         out._term_keys = [self._term_keys[t] for t in keep]
         out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
@@ -254,8 +324,7 @@ class SearchIndex:
         for i, d in enumerate(self._docs):
             if d.live:
                 old_to_new[i] = len(out._docs)
-                tids = [new_tid[t] for t in decode_term_ids(d.fwd)]
-                out._docs.append(_Doc(**{**d.__dict__, "fwd": encode_term_ids(tids)}))
+                out._docs.append(_Doc(**d.__dict__))
         return out, old_to_new
 
     def nbytes(self) -> dict[str, int]:
@@ -285,13 +354,13 @@ class SearchIndex:
                     for key, tf in d.tfs[f].items():
                         postings.setdefault(self._term_ids[key], []).append((i, tf))
             tids = sorted(postings)
-            offsets = np.zeros(len(tids) + 1, dtype=np.int64)
-            offsets[1:] = np.cumsum([len(postings[t]) for t in tids])
-            flat = [p for t in tids for p in postings[t]]
+            lists = [encode_postings([p[0] for p in postings[t]], [p[1] for p in postings[t]])
+                     for t in tids]
+            offsets = np.zeros(len(tids) + 1, dtype=np.uint32)
+            offsets[1:] = np.cumsum([len(b) for b in lists])
             out[f"post_terms_{name}"] = np.array(tids, dtype=np.uint32)
             out[f"post_offsets_{name}"] = offsets
-            out[f"post_docs_{name}"] = np.array([p[0] for p in flat], dtype=np.uint32)
-            out[f"post_tfs_{name}"] = np.array([p[1] for p in flat], dtype=np.uint8)
+            out[f"post_data_{name}"] = np.frombuffer(b"".join(lists), dtype=np.uint8).copy()
         out["doc_meta"] = np.array([(LIVE_BIT if d.live else 0) | d.kind | (d.tier << 3)
                                     for d in docs], dtype=np.uint8)
         out["doc_importance"] = np.array([d.importance for d in docs], dtype=np.uint8)
@@ -303,9 +372,6 @@ class SearchIndex:
         out["tag_offsets"] = np.concatenate(
             ([0], np.cumsum([len(d.tags) for d in docs]))).astype(np.int64)
         out["tag_hashes"] = np.array([t for d in docs for t in d.tags], dtype=np.uint64)
-        out["fwd_offsets"] = np.concatenate(
-            ([0], np.cumsum([len(d.fwd) for d in docs]))).astype(np.int64)
-        out["fwd_terms"] = np.frombuffer(b"".join(d.fwd for d in docs), dtype=np.uint8).copy()
         return out
 
     @classmethod
@@ -320,13 +386,12 @@ class SearchIndex:
         tfs = [[Counter(), Counter(), Counter()] for _ in range(n)]
         for f, name in enumerate(FIELDS):
             offsets = arrays[f"post_offsets_{name}"]
-            docs, tf = arrays[f"post_docs_{name}"], arrays[f"post_tfs_{name}"]
+            data = arrays[f"post_data_{name}"].tobytes()
             for j, tid in enumerate(arrays[f"post_terms_{name}"]):
                 key = out._term_keys[int(tid)]
-                for p in range(int(offsets[j]), int(offsets[j + 1])):
-                    tfs[int(docs[p])][f][key] = int(tf[p])
-        tag_off, fwd_off = arrays["tag_offsets"], arrays["fwd_offsets"]
-        fwd = arrays["fwd_terms"].tobytes()
+                for doc, tf in zip(*decode_postings(data, int(offsets[j]))):
+                    tfs[doc][f][key] = tf
+        tag_off = arrays["tag_offsets"]
         for i in range(n):
             meta = int(arrays["doc_meta"][i])
             out._docs.append(_Doc(
@@ -335,7 +400,7 @@ class SearchIndex:
                 session=int(arrays["doc_session"][i]), kind=meta & 7, tier=(meta >> 3) & 3,
                 importance=int(arrays["doc_importance"][i]),
                 timestamp=int(arrays["doc_timestamp"][i]),
-                ulid=arrays["doc_ulid"][i].tobytes(), fwd=fwd[fwd_off[i]:fwd_off[i + 1]],
+                ulid=arrays["doc_ulid"][i].tobytes(),
                 live=bool(meta & LIVE_BIT),
                 keys=frozenset().union(*(c.keys() for c in tfs[i]))))
         return out
