@@ -24,7 +24,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+try:  # the installed package (CI); a source checkout built in place needs its root on the path
+    import convmem._core  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from convmem._core.index import SearchIndex  # noqa: E402
 

@@ -44,10 +44,12 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
+try:  # the installed package; a source checkout built in place needs its root on the path
+    import convmem._core  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(ROOT))
 
 import corpus  # noqa: E402  (benchmarks/corpus.py)
 

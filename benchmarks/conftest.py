@@ -21,9 +21,12 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for _p in (str(ROOT), str(HERE)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+try:  # the installed package (CI); a source checkout built in place needs its root on the path
+    import convmem._core  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(ROOT))
 
 import corpus  # noqa: E402
 

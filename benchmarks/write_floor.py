@@ -24,9 +24,12 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-for p in (str(ROOT), str(HERE)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+try:  # the installed package; a source checkout built in place needs its root on the path
+    import convmem._core  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(ROOT))
 
 import corpus  # noqa: E402
 from compare_fts5 import RESULTS_DIR, machine_info  # noqa: E402

@@ -1,0 +1,68 @@
+"""MCP over stdio on an existing store: cold start and search round trips, through the SDK client.
+
+    python benchmarks/mcp_roundtrip.py --data-dir DIR --messages N [--queries 500]
+
+Spawns `python -m convmem serve --data-dir DIR` (the store must exist, e.g. built by
+compare_fts5.py --keep-stores or `convmem import`), and reports: spawn to the first answered
+request (initialize + get_system_health), then the median and p99 of search_messages round trips
+(the seeded query set for N messages; the time includes the SDK client and the JSON parse of the
+result). Also the same cold start on an empty store, for comparison.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import corpus  # noqa: E402
+
+
+def params(data_dir: str) -> StdioServerParameters:
+    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return StdioServerParameters(command=sys.executable,
+                                 args=["-m", "convmem", "serve", "--data-dir", data_dir], env=env)
+
+
+async def measure(data_dir: str, queries: list[dict]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    async with Client(params(data_dir), mode="legacy") as client:
+        await client.call_tool("get_system_health", {})
+        cold = time.perf_counter() - t0
+        times = []
+        for q in queries:
+            a = time.perf_counter()
+            r = await client.call_tool("search_messages", q)
+            json.loads(r.content[0].text)
+            times.append(time.perf_counter() - a)
+    out = {"cold_start_s": cold}
+    if times:
+        times.sort()
+        out.update(search_p50_ms=statistics.median(times) * 1e3,
+                   search_p99_ms=times[int(len(times) * 0.99)] * 1e3, queries=len(times))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--messages", type=int, required=True, help="size of the corpus in the store")
+    ap.add_argument("--queries", type=int, default=500)
+    args = ap.parse_args()
+    queries = corpus.make_queries(args.queries, 1, args.messages)
+    with tempfile.TemporaryDirectory() as empty:
+        print("empty store:", anyio.run(measure, empty, []))
+    print(f"{args.messages} messages:", anyio.run(measure, args.data_dir, queries))
+
+
+if __name__ == "__main__":
+    main()
