@@ -49,6 +49,7 @@ cdef struct SegView:
 cdef struct PList:
     const uint8_t* skip
     const uint8_t* payload
+    const uint8_t* end      # end of the field's data: the fast decoder reads 8 bytes at a time
     int64_t n
     int64_t nb
     uint32_t first

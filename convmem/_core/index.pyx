@@ -324,6 +324,19 @@ cdef const uint8_t* _unpack(const uint8_t* p, int64_t n, int bits, uint32_t* out
     return p
 
 
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef inline void _unpack_fast(const uint8_t* p, int64_t n, int bits, uint32_t* out) noexcept nogil:
+    """_unpack with one unaligned 64-bit load a value: p must have 8 readable bytes past the
+    stream."""
+    cdef uint64_t w, mask = (<uint64_t>1 << bits) - 1
+    cdef int64_t i, bp = 0
+    for i in range(n):
+        memcpy(&w, p + (bp >> 3), 8)
+        out[i] = <uint32_t>((w >> (bp & 7)) & mask)
+        bp += bits
+
+
 cdef inline int64_t _encode_bound(int64_t n) noexcept nogil:
     return 20 + 9 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 5 * n
 
@@ -370,8 +383,8 @@ cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
     return o
 
 
-cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p) noexcept nogil:
-    """Read a list's header; returns the end of the list."""
+cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t* end) noexcept nogil:
+    """Read a list's header; `end` is the end of the field's data (for the fast decoder)."""
     cdef uint64_t n, first
     cdef const uint8_t* last
     p = _get_varint(p, &n)
@@ -385,6 +398,7 @@ cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p) noexcept nogil
     else:
         L.skip = NULL
     L.payload = p
+    L.end = end
     return p
 
 
@@ -396,7 +410,8 @@ cdef int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noe
     cdef uint32_t prev = L.first - 1
     cdef uint32_t tv[IX_BLOCK]
     cdef int64_t cnt = IX_BLOCK, i
-    cdef int code
+    cdef int code, db, tb
+    cdef bint fast
     cdef uint8_t hdr
     if L.nb > 1:
         p = L.payload + _rd32(L.skip + 8 * j + 4)
@@ -405,16 +420,32 @@ cdef int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noe
     if j == L.nb - 1:
         cnt = L.n - IX_BLOCK * j
     hdr = p[0]
-    p = _unpack(p + 1, cnt, hdr & 63, docs)
-    for i in range(cnt):
-        prev += docs[i] + 1
-        docs[i] = prev
+    db = hdr & 63
+    code = hdr >> 6
+    tb = 8 if code == 3 else code
+    p += 1
+    fast = L.end - p >= (cnt * db + 7) // 8 + (cnt * tb + 7) // 8 + 8
+    if db == 0:
+        for i in range(cnt):
+            prev += 1
+            docs[i] = prev
+    else:
+        if fast:
+            _unpack_fast(p, cnt, db, docs)
+        else:
+            _unpack(p, cnt, db, docs)
+        for i in range(cnt):
+            prev += docs[i] + 1
+            docs[i] = prev
     if tfs != NULL:
-        code = hdr >> 6
         if code == 0:
             memset(tfs, 1, <size_t>cnt)
         else:
-            _unpack(p, cnt, 8 if code == 3 else code, tv)
+            p += (cnt * db + 7) // 8
+            if fast:
+                _unpack_fast(p, cnt, tb, tv)
+            else:
+                _unpack(p, cnt, tb, tv)
             for i in range(cnt):
                 tfs[i] = <uint8_t>(tv[i] + 1)
     return cnt
@@ -488,7 +519,7 @@ cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) 
     nb = (<int64_t>n + IX_BLOCK - 1) // IX_BLOCK
     if nb > 1 and end - q < 8 * nb:
         return -1
-    _open_list(&L, p)
+    _open_list(&L, p, end)
     pay = L.payload
     q = pay
     prev = <uint64_t>first
@@ -703,7 +734,7 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
             if cur[s] >= fp.n_terms or fp.terms[cur[s]] != t:
                 continue
             chk = dmap != NULL or views[s].n_dead > 0
-            _open_list(&L, fp.data + fp.offsets[cur[s]])
+            _open_list(&L, fp.data + fp.offsets[cur[s]], fp.data + fp.n_bytes)
             cur[s] += 1
             if rb_reserve(tdocs, 4 * (n + L.n)) < 0 or rb_reserve(ttfs, n + L.n) < 0:
                 return -1
@@ -1765,7 +1796,7 @@ cdef class SearchIndex:
                 for f in range(3):
                     fp = &self._views[s].f[f]
                     for i in range(fp.n_terms):
-                        _open_list(&L, fp.data + fp.offsets[i])
+                        _open_list(&L, fp.data + fp.offsets[i], fp.data + fp.n_bytes)
                         if d < L.first:
                             continue
                         blk = _find_block(&L, 0, d)
@@ -2020,7 +2051,7 @@ cdef class SearchIndex:
                             continue
                         garr_reserve(&self._q_lists, self._q_lists.len + 1)
                         L = <PList*>self._q_lists.data + self._q_lists.len
-                        _open_list(L, fp.data + fp.offsets[li])
+                        _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
                         L.seg = <int32_t>s
                         L.field = f
                         g.n_postings += L.n
