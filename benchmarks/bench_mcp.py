@@ -23,12 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def server_params(data_dir: Path) -> StdioServerParameters:
+    import convmem
+
     env = {k: v for k, v in os.environ.items() if k.startswith("CONVMEM_")}
     env.pop("CONVMEM_DATA_DIR", None)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    # The server imports the same convmem as this process: installed, or a checkout built in place.
+    env["PYTHONPATH"] = str(Path(convmem.__file__).resolve().parent.parent)
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "convmem", "serve", "--data-dir", str(data_dir)],
-                                 env=env, cwd=str(ROOT))
+                                 args=["-P", "-m", "convmem", "serve", "--data-dir", str(data_dir)],
+                                 env=env, cwd=str(data_dir.parent))
 
 
 def payload(result: Any) -> dict[str, Any]:

@@ -24,13 +24,20 @@ from mcp import Client, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+try:  # the installed package; a source checkout built in place needs its root on the path
+    import convmem._core  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(HERE.parent))
 import corpus  # noqa: E402
 
 
 def params(data_dir: str) -> StdioServerParameters:
-    env = {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    import convmem
+
+    # The server imports the same convmem as this process: installed, or a checkout built in place.
+    env = {"PYTHONPATH": str(Path(convmem.__file__).resolve().parent.parent)}
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "convmem", "serve", "--data-dir", data_dir], env=env)
+                                 args=["-P", "-m", "convmem", "serve", "--data-dir", data_dir], env=env)
 
 
 async def measure(data_dir: str, queries: list[dict]) -> dict[str, float]:
