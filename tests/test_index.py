@@ -310,6 +310,46 @@ def test_removed_docs_are_never_returned(mod) -> None:
         ix.remove(3000)
 
 
+def test_remove_with_keys_equals_remove_without() -> None:
+    """remove(doc, keys...) lowers df by the keys; remove(doc) finds the terms in the postings
+    (buffer or segment): both leave the same index as the twin."""
+    c = Corpus(13)
+    docs = [c.doc() for _ in range(3000)]
+    a, b, tw = build(compiled.SearchIndex, docs), build(compiled.SearchIndex, docs), \
+        build(twin.SearchIndex, docs)
+    victims = [int(v) for v in c.rng.choice(3000, 500, replace=False)] + [2999, 2998, 0]
+    for d in victims:  # some in segments, some still in the buffer
+        a.remove(d, *docs[d][:3])
+        b.remove(d)
+        tw.remove(d, *docs[d][:3])
+    assert a.n_live == b.n_live == tw.n_live
+    for _ in range(40):
+        q, kw = c.query(), c.filters()
+        want = tw.search(q, 20, **kw)
+        assert_same(a.search(q, 20, **kw), want)
+        assert_same(b.search(q, 20, **kw), want)
+    arrays = [x.to_arrays() for x in (a, b, tw)]
+    for key in arrays[0]:
+        assert np.array_equal(arrays[0][key], arrays[1][key]), key
+        assert np.array_equal(arrays[0][key], arrays[2][key]), key
+
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_remove_rejects_keys_that_were_not_added(mod) -> None:
+    ix = mod.SearchIndex()
+    ix.add(0, [1, 2, 2], [3], [], [], 0, 0, 0, 50, 0, b"a" * 16)
+    ix.add(1, [1], [], [], [], 0, 0, 0, 50, 1, b"b" * 16)
+    for bad in (([1, 2], [3], []), ([1, 2, 99], [3], []), ([1, 2, 2], [], [3])):
+        with pytest.raises(ValueError):
+            ix.remove(0, *bad)
+    with pytest.raises(TypeError):
+        ix.remove(0, [1, 2, 2], None, None)
+    assert ix.is_live(0) and ix.n_live == 2  # nothing changed
+    ix.remove(0, [2, 1, 2], [3], [])
+    assert not ix.is_live(0) and ix.search([1], 5)[0].tolist() == [1]
+    assert ix.search([2], 5)[0].size == 0
+
+
 @pytest.mark.parametrize("mod", [compiled, twin])
 def test_update_returns_only_the_new_version(mod) -> None:
     ix = mod.SearchIndex()

@@ -4,7 +4,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 
 cdef enum:
-    IX_ARRAYS_FORMAT = 2
+    IX_ARRAYS_FORMAT = 3
     IX_BLOCK = 128          # postings per compressed block (docs/SCORING.md, index.pyx docstring)
     IX_TF_CAP = 255
     IX_ULID = 16
@@ -94,11 +94,11 @@ cdef struct Query:
     # doc columns
     const uint8_t* meta
     const uint8_t* imp
-    const int64_t* sess
+    const int32_t* sess
     const int64_t* ts
     const uint8_t* ulid
     const uint32_t* lens
-    const int64_t* tag_off
+    const uint32_t* tag_off
     const uint64_t* tag_val
     # filters
     uint8_t okmeta[256]

@@ -65,7 +65,8 @@ cdef int garr_reserve(GArr* a, int64_t n) except -1:
     if n <= a.len:
         cap = a.len                                   # copy-on-write without growth
     else:
-        cap = max(n, a.cap + a.cap // 2, 16)
+        # 1/8 growth: large blocks are remapped by realloc, not copied, and capacity is memory
+        cap = max(n, a.cap + a.cap // 8, 16)
     if a.owned:
         p = <char*>PyMem_Realloc(a.data, <size_t>(cap * a.itemsize))
     else:
@@ -1412,11 +1413,11 @@ cdef class SearchIndex:
         garr_init(&self._t_head, 4)
         garr_init(&self._meta, 1)
         garr_init(&self._imp, 1)
-        garr_init(&self._sess, 8)
+        garr_init(&self._sess, 4)
         garr_init(&self._ts, 8)
         garr_init(&self._ulid, IX_ULID)
         garr_init(&self._lens, 12)
-        garr_init(&self._tag_off, 8)
+        garr_init(&self._tag_off, 4)
         garr_init(&self._tag_val, 8)
         garr_init(&self._b_doc, 4)
         garr_init(&self._b_tf, 1)
@@ -1459,7 +1460,7 @@ cdef class SearchIndex:
         if self._t_table.len == 0:
             self._table_rebuild(IX_TABLE_MIN)
         garr_reserve(&self._tag_off, 1)
-        (<int64_t*>self._tag_off.data)[0] = 0
+        (<uint32_t*>self._tag_off.data)[0] = 0
         self._tag_off.len = 1
 
     def __dealloc__(self):
@@ -1597,8 +1598,8 @@ cdef class SearchIndex:
             raise ValueError(f"doc must be {n} (the next doc id), got {doc}")
         if not 0 <= kind <= 5 or not 0 <= tier <= 3:
             raise ValueError("kind must be in 0..5 and tier in 0..3")
-        if not 0 <= importance <= 100 or session < 0:
-            raise ValueError("importance must be in 0..100 and session >= 0")
+        if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
+            raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
         if len(ub) != IX_ULID:
             raise ValueError("ulid must be 16 bytes")
         if n >= 0xFFFFFFFE:
@@ -1616,10 +1617,12 @@ cdef class SearchIndex:
         garr_reserve(&self._lens, n + 1)
         garr_reserve(&self._tag_off, n + 2)
         nt = self._tag_val.len
+        if nt + th.shape[0] > 0xFFFFFFFF:
+            raise OverflowError("too many tag hashes")
         garr_reserve(&self._tag_val, nt + th.shape[0])
         (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3)
         (<uint8_t*>self._imp.data)[n] = importance
-        (<int64_t*>self._sess.data)[n] = session
+        (<int32_t*>self._sess.data)[n] = <int32_t>session
         (<int64_t*>self._ts.data)[n] = timestamp
         memcpy(self._ulid.data + IX_ULID * n, <const char*>ub, IX_ULID)
         (<uint32_t*>self._lens.data)[3 * n] = <uint32_t>ck.shape[0]
@@ -1628,7 +1631,7 @@ cdef class SearchIndex:
         if th.shape[0] > 0:
             memcpy(self._tag_val.data + 8 * nt, &th[0], <size_t>(8 * th.shape[0]))
         self._tag_val.len = nt + th.shape[0]
-        (<int64_t*>self._tag_off.data)[n + 1] = self._tag_val.len
+        (<uint32_t*>self._tag_off.data)[n + 1] = <uint32_t>self._tag_val.len
         self._meta.len = self._imp.len = self._sess.len = self._ts.len = n + 1
         self._ulid.len = self._lens.len = n + 1
         self._tag_off.len = n + 2
@@ -1964,11 +1967,11 @@ cdef class SearchIndex:
         q.n_live = n
         q.meta = <const uint8_t*>self._meta.data
         q.imp = <const uint8_t*>self._imp.data
-        q.sess = <const int64_t*>self._sess.data
+        q.sess = <const int32_t*>self._sess.data
         q.ts = <const int64_t*>self._ts.data
         q.ulid = <const uint8_t*>self._ulid.data
         q.lens = <const uint32_t*>self._lens.data
-        q.tag_off = <const int64_t*>self._tag_off.data
+        q.tag_off = <const uint32_t*>self._tag_off.data
         q.tag_val = <const uint64_t*>self._tag_val.data
         q.b_doc = <const uint32_t*>self._b_doc.data
         q.b_tf = <const uint8_t*>self._b_tf.data
@@ -2221,7 +2224,7 @@ cdef class SearchIndex:
         cdef int64_t* tm = <int64_t*>cnp.PyArray_DATA(tmap)
         cdef const uint32_t* df = <const uint32_t*>self._t_df.data
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
-        cdef const int64_t* toff = <const int64_t*>self._tag_off.data
+        cdef const uint32_t* toff = <const uint32_t*>self._tag_off.data
         cdef _Segment m
         self._flush()
         for t in range(T):
@@ -2260,14 +2263,14 @@ cdef class SearchIndex:
             o2n[i] = o
             (<uint8_t*>out._meta.data)[o] = meta[i]
             (<uint8_t*>out._imp.data)[o] = (<const uint8_t*>self._imp.data)[i]
-            (<int64_t*>out._sess.data)[o] = (<const int64_t*>self._sess.data)[i]
+            (<int32_t*>out._sess.data)[o] = (<const int32_t*>self._sess.data)[i]
             (<int64_t*>out._ts.data)[o] = (<const int64_t*>self._ts.data)[i]
             memcpy(out._ulid.data + IX_ULID * o, self._ulid.data + IX_ULID * i, IX_ULID)
             memcpy(out._lens.data + 12 * o, self._lens.data + 12 * i, 12)
             j = toff[i + 1] - toff[i]
             memcpy(out._tag_val.data + 8 * nt, self._tag_val.data + 8 * toff[i], <size_t>(8 * j))
             nt += j
-            (<int64_t*>out._tag_off.data)[o + 1] = nt
+            (<uint32_t*>out._tag_off.data)[o + 1] = <uint32_t>nt
             o += 1
         out._meta.len = out._imp.len = out._sess.len = out._ts.len = nl
         out._ulid.len = out._lens.len = nl
@@ -2337,11 +2340,11 @@ cdef class SearchIndex:
             out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
         out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
         out["doc_importance"] = garr_to_numpy(&self._imp, np.uint8, (n,))
-        out["doc_session"] = garr_to_numpy(&self._sess, np.int64, (n,))
+        out["doc_session"] = garr_to_numpy(&self._sess, np.int32, (n,))
         out["doc_timestamp"] = garr_to_numpy(&self._ts, np.int64, (n,))
         out["doc_ulid"] = garr_to_numpy(&self._ulid, np.uint8, (n, IX_ULID))
         out["doc_lens"] = garr_to_numpy(&self._lens, np.uint32, (n, 3))
-        out["tag_offsets"] = garr_to_numpy(&self._tag_off, np.int64, (n + 1,))
+        out["tag_offsets"] = garr_to_numpy(&self._tag_off, np.uint32, (n + 1,))
         out["tag_hashes"] = garr_to_numpy(&self._tag_val, np.uint64, (self._tag_val.len,))
         return out
 
@@ -2370,7 +2373,7 @@ cdef class SearchIndex:
         meta = _arr(arrays, "doc_meta", np.uint8, (n,))
         if int(np.count_nonzero(meta & IX_LIVE)) != nl or (n and int(meta.max() & 0x7F) > 0x1D):
             raise ValueError("bad doc_meta")
-        tag_off = _arr(arrays, "tag_offsets", np.int64, (n + 1,))
+        tag_off = _arr(arrays, "tag_offsets", np.uint32, (n + 1,))
         tag_val = _arr(arrays, "tag_hashes", np.uint64, None)
         _check_offsets(tag_off, tag_val.shape[0], "tag_offsets")
         garr_borrow(&ix._t_keys, keys, ix._keep)
@@ -2379,7 +2382,7 @@ cdef class SearchIndex:
         garr_free(&ix._t_head)
         garr_borrow(&ix._meta, meta, ix._keep)
         garr_borrow(&ix._imp, _arr(arrays, "doc_importance", np.uint8, (n,)), ix._keep)
-        garr_borrow(&ix._sess, _arr(arrays, "doc_session", np.int64, (n,)), ix._keep)
+        garr_borrow(&ix._sess, _arr(arrays, "doc_session", np.int32, (n,)), ix._keep)
         garr_borrow(&ix._ts, _arr(arrays, "doc_timestamp", np.int64, (n,)), ix._keep)
         garr_borrow(&ix._ulid, _arr(arrays, "doc_ulid", np.uint8, (n, IX_ULID)), ix._keep)
         garr_borrow(&ix._lens, _arr(arrays, "doc_lens", np.uint32, (n, 3)), ix._keep)

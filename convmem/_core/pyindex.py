@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FIELDS = ("content", "summary", "tags")
-ARRAYS_FORMAT = 2
+ARRAYS_FORMAT = 3
 BLOCK = 128  # postings per compressed block
 TF_CAP = 255
 MAX_KIND = 5
@@ -197,8 +197,8 @@ class SearchIndex:
             raise ValueError(f"doc must be {len(self._docs)} (the next doc id), got {doc}")
         if not 0 <= kind <= MAX_KIND or not 0 <= tier <= MAX_TIER:
             raise ValueError("kind must be in 0..5 and tier in 0..3")
-        if not 0 <= importance <= 100 or session < 0:
-            raise ValueError("importance must be in 0..100 and session >= 0")
+        if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
+            raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
         ulid = bytes(ulid)
         if len(ulid) != ULID_SIZE:
             raise ValueError("ulid must be 16 bytes")
@@ -364,13 +364,13 @@ class SearchIndex:
         out["doc_meta"] = np.array([(LIVE_BIT if d.live else 0) | d.kind | (d.tier << 3)
                                     for d in docs], dtype=np.uint8)
         out["doc_importance"] = np.array([d.importance for d in docs], dtype=np.uint8)
-        out["doc_session"] = np.array([d.session for d in docs], dtype=np.int64)
+        out["doc_session"] = np.array([d.session for d in docs], dtype=np.int32)
         out["doc_timestamp"] = np.array([d.timestamp for d in docs], dtype=np.int64)
         out["doc_ulid"] = np.frombuffer(b"".join(d.ulid for d in docs),
                                         dtype=np.uint8).reshape(n, ULID_SIZE).copy()
         out["doc_lens"] = np.array([d.lens for d in docs], dtype=np.uint32).reshape(n, 3)
         out["tag_offsets"] = np.concatenate(
-            ([0], np.cumsum([len(d.tags) for d in docs]))).astype(np.int64)
+            ([0], np.cumsum([len(d.tags) for d in docs]))).astype(np.uint32)
         out["tag_hashes"] = np.array([t for d in docs for t in d.tags], dtype=np.uint64)
         return out
 
