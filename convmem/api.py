@@ -492,7 +492,7 @@ class MemoryStore:
         num = int(self._slot_session.data[slot])
         if old_doc >= 0:
             old_kind = int(self._doc_kind.data[old_doc])
-            self._index.remove(old_doc)
+            self._index.remove(old_doc, *self._index_keys(old_doc))
             self._live_bytes -= int(self._doc_len.data[old_doc])
             if old_kind != kind:
                 self._sessions.change_kind(num, old_kind, kind)
@@ -538,6 +538,19 @@ class MemoryStore:
                                | (FLAG_HAS_RELATIONS if rec[13] else 0))
         return doc
 
+    def _index_keys(self, doc: int) -> tuple[Any, Any, Any]:
+        """The key arrays `_add_doc` gave the index for doc (re-read from the log), so that
+        removing it lowers df without a forward index; (None,) * 3 when the record is damaged
+        (the index then finds the doc's terms in its postings)."""
+        try:
+            rec = self._record(doc)
+        except ConvMemError:
+            return None, None, None
+        content, summary, tags = rec[9], rec[11], rec[12]
+        tag_keys = np.concatenate([tok.token_keys(t) for t in tags]) if tags else _EMPTY_KEYS
+        return (tok.token_keys(content), tok.token_keys(summary) if summary else _EMPTY_KEYS,
+                tag_keys)
+
     def _apply_delete(self, ulid: bytes) -> None:
         slot = self._ids.get(ulid)
         self._deleted_messages += 1
@@ -551,7 +564,7 @@ class MemoryStore:
 
     def _retire(self, slot: int, doc: int) -> None:
         """Take a message's current version out of every index."""
-        self._index.remove(doc)
+        self._index.remove(doc, *self._index_keys(doc))
         self._live_bytes -= int(self._doc_len.data[doc])
         self._sessions.remove(int(self._slot_session.data[slot]), int(self._slot_ts.data[slot]),
                               slot, self._ulid_of(slot), int(self._doc_kind.data[doc]))
