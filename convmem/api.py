@@ -291,10 +291,13 @@ class MemoryStore:
                 # A crash between the two renames of rebuild_index: the log is the truth.
                 self.snapshot_valid = False
                 return None
+            ix_format = arrays.get("ix.format")
             if (meta.get("state_version") != STATE_VERSION
+                    or ix_format is None or int(ix_format) != core_index.ARRAYS_FORMAT
                     or meta.get("tokenizer_version") != tok.TOKENIZER_VERSION
                     or meta.get("unicode_version") != tok.UNICODE_VERSION):
-                log.info("tokenizer or Unicode version changed: re-indexing from the log")
+                log.info("snapshot written by another version (index, tokenizer or Unicode): "
+                         "re-indexing from the log")
                 return None
             covered = int(meta["covered_end"])
             last_off = int(meta["last_record_offset"])

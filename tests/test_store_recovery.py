@@ -289,3 +289,16 @@ def test_emptied_log_beside_a_snapshot_is_reported(tmp_path):
         h = s.get_system_health()
         assert h["status"] == "DEGRADED" and "log" in h["last_error"]
         assert h["active_messages"] == 0 and live_contents(s) == []
+
+
+def test_snapshot_of_another_index_format_is_rebuilt_quietly(tmp_path, monkeypatch):
+    import convmem.api
+
+    make_store(tmp_path, keep_snapshot=True)
+    monkeypatch.setattr(convmem.api.core_index, "ARRAYS_FORMAT", 10_000)
+    with MemoryStore.open(tmp_path) as s:
+        h = s.get_system_health()
+        # An upgrade, not damage: no diagnostic; the state is re-derived from the log.
+        assert h["status"] == "OK" and h["last_error"] == ""
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+        assert h["io"]["replace_calls"] == 1  # and a new snapshot is written
