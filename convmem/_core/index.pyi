@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-ARRAYS_FORMAT: int  # 1: the layout of to_arrays()
+ARRAYS_FORMAT: int  # 3: the layout of to_arrays(); from_arrays refuses others (ValueError)
 FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
 
 _Keys = npt.NDArray[np.uint64] | Sequence[int]
@@ -39,7 +39,17 @@ class SearchIndex:
         timestamp: int,
         ulid: bytes,
     ) -> None: ...
-    def remove(self, doc: int) -> None: ...  # idempotent; ValueError outside 0..n_docs-1
+    def remove(
+        self,
+        doc: int,
+        content_keys: _Keys | None = None,
+        summary_keys: _Keys | None = None,
+        tag_keys: _Keys | None = None,
+    ) -> None: ...
+    # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
+    # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
+    # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from
+    # its segment's postings; for a doc whose text is lost).
     def is_live(self, doc: int) -> bool: ...
     def search(
         self,

@@ -9,14 +9,16 @@ capacities):
 - Term dictionary: `_t_keys` (uint64 by term id, ids in order of first appearance), `_t_df` (live
   docs per term, any field), `_t_table` (open addressing, linear probing over `mix64(key)`, slots
   hold term id + 1; at most half full).
-- Doc columns (growable arrays): meta byte (live bit, kind, tier), importance, session,
-  timestamp, ulid, three field lengths, tag hashes (CSR) and a forward index (CSR of LEB128 gaps of
-  the doc's sorted unique term ids) that `remove` uses to keep `_t_df` exact.
+- Doc columns (growable arrays): meta byte (live bit, kind, tier), importance, session (int32),
+  timestamp, ulid, three field lengths, tag hashes (CSR, uint32 offsets). There is no forward
+  index: `remove` gets the doc's keys from the caller (or reads the doc's terms from its
+  postings when it cannot) to keep `_t_df` exact.
 - Postings: segments, each covering a contiguous range of doc ids, one CSR per field (sorted term
-  ids, offsets, uint32 doc ids, uint8 tfs) held in numpy arrays. New docs go to a buffer
-  (per-term linked chains of postings) that becomes a segment at IX_BUF_DOCS docs or
-  IX_BUF_POSTINGS postings; the newest segments merge while the older one is not larger (a binary
-  counter: O(log N) segments, each posting copied O(log N) times). Merges drop dead docs.
+  ids, uint32 byte offsets, compressed lists: format in "postings codec" below) held in numpy
+  arrays. New docs go to a buffer (per-term linked chains of postings) that becomes a segment at
+  IX_BUF_DOCS docs or IX_BUF_POSTINGS postings; the newest segments merge while the older one is
+  not larger (a binary counter: O(log N) segments, each posting re-encoded O(log N) times; a list
+  that only one of the merged segments holds is copied as it is). Merges drop dead docs.
 - Scoring scratch (persistent, grown with the corpus, reset only where touched): per-doc packed
   group tfs, a query mark, three breakdown accumulators, touched-doc lists.
 
