@@ -476,6 +476,70 @@ cdef int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noe
     return cnt
 
 
+# A position inside one block of a list, for probing docs in ascending order without decoding
+# the whole block: values are read one at a time up to the doc looked for.
+cdef struct Cursor:
+    const uint8_t* dp       # the block's doc stream
+    const uint8_t* tp       # its tf stream
+    int64_t blk             # the block (-1: none yet)
+    int64_t i               # values read
+    int64_t cnt
+    uint32_t prev           # the last doc read
+    int db
+    int tb
+    bint fast               # 8 bytes readable past both streams
+
+
+cdef inline uint32_t _bits_at(const uint8_t* p, int64_t i, int bits, bint fast) noexcept nogil:
+    """Value i of a bit stream of `bits`-bit values."""
+    cdef int64_t bp = i * bits
+    cdef uint64_t w = 0
+    cdef int k, nbytes
+    if fast:
+        memcpy(&w, p + (bp >> 3), 8)
+    else:
+        nbytes = ((bp & 7) + bits + 7) >> 3
+        for k in range(nbytes):
+            w |= <uint64_t>p[(bp >> 3) + k] << (8 * k)
+    return <uint32_t>((w >> (bp & 7)) & ((<uint64_t>1 << bits) - 1))
+
+
+cdef inline void _cur_open(const PList* L, Cursor* c, int64_t j) noexcept nogil:
+    cdef const uint8_t* p = L.payload
+    cdef int code
+    c.prev = L.first - 1
+    c.cnt = IX_BLOCK
+    if L.nb > 1:
+        p = L.payload + _rd32(L.skip + 8 * j + 4)
+        if j > 0:
+            c.prev = _rd32(L.skip + 8 * (j - 1))
+    if j == L.nb - 1:
+        c.cnt = L.n - IX_BLOCK * j
+    c.db = p[0] & 63
+    code = p[0] >> 6
+    c.tb = 8 if code == 3 else code
+    c.dp = p + 1
+    c.tp = c.dp + (c.cnt * c.db + 7) // 8
+    c.fast = L.end - c.tp >= (c.cnt * c.tb + 7) // 8 + 8
+    c.blk = j
+    c.i = 0
+
+
+cdef inline uint32_t _seek(Cursor* c, uint32_t d) noexcept nogil:
+    """Read on to doc d in the cursor's block: its tf, or 0 when the block does not hold it
+    (then the cursor stays before the first doc above d)."""
+    cdef uint32_t v
+    while c.i < c.cnt:
+        v = c.prev + 1 + (_bits_at(c.dp, c.i, c.db, c.fast) if c.db else 0)
+        if v > d:
+            return 0
+        c.prev = v
+        c.i += 1
+        if v == d:
+            return _bits_at(c.tp, c.i - 1, c.tb, c.fast) + 1 if c.tb else 1
+    return 0
+
+
 cdef inline uint32_t _block_last(const PList* L, int64_t j) noexcept nogil:
     """The last doc of block j (only for lists with a skip table)."""
     return _rd32(L.skip + 8 * j)
@@ -1233,20 +1297,19 @@ cdef int64_t _prune(Query* q, int64_t nq, double rest, double theta) noexcept no
 cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
                  int64_t nq) noexcept nogil:
     """Sum the group's tfs into q.tfacc for the candidates only (q.qt sorted ascending)."""
-    cdef int64_t li, j, pos, ki, blk, cur, c = 0
+    cdef int64_t li, j, ki, blk
     cdef const PList* L
     cdef const SegView* sv
-    cdef uint32_t d
+    cdef uint32_t d, tf
     cdef int32_t e
-    cdef uint32_t bd[IX_BLOCK]
-    cdef uint8_t bt[IX_BLOCK]
+    cdef Cursor cur
+    memset(&cur, 0, sizeof(Cursor))
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
         sv = &q.views[L.seg]
         j = lower_bound_u32(q.qt, 0, nq, L.first)
-        pos = 0
         blk = 0
-        cur = -1                                      # the block decoded in bd/bt
+        cur.blk = -1
         while j < nq:
             d = q.qt[j]
             if d >= sv.doc_hi:
@@ -1254,15 +1317,11 @@ cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* g
             blk = _find_block(L, blk, d)
             if blk >= L.nb:
                 break
-            if blk != cur:
-                c = _block(L, blk, bd, bt)
-                cur = blk
-                pos = 0
-            pos = gallop_u32(bd, pos, c, d)
-            if pos >= c:                              # past the end of a one-block list
-                break
-            if bd[pos] == d:
-                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, bt[pos])
+            if blk != cur.blk:
+                _cur_open(L, &cur, blk)
+            tf = _seek(&cur, d)
+            if tf:
+                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, tf)
             j += 1
     if q.head != NULL:
         for ki in range(g.key_lo, g.key_hi):
@@ -1279,13 +1338,13 @@ cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* g
 cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_groups,
                  const PList* lists, const uint32_t* gterms, double* out) noexcept nogil:
     """The breakdown of one doc, groups in ascending key order (the same sums as _exhaustive)."""
-    cdef int64_t gi, li, ki, pos, blk, c
+    cdef int64_t gi, li, ki, blk
     cdef int32_t seg = -1, e
     cdef int64_t lo = 0, hi = q.n_views, mid
-    cdef uint32_t w
+    cdef uint32_t w, tf
     cdef const PList* L
-    cdef uint32_t bd[IX_BLOCK]
-    cdef uint8_t bt[IX_BLOCK]
+    cdef Cursor cur
+    memset(&cur, 0, sizeof(Cursor))
     if d < q.buf_lo:
         while lo < hi:                                # the segment whose range holds d
             mid = (lo + hi) >> 1
@@ -1307,10 +1366,10 @@ cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_grou
                 blk = _find_block(L, 0, d)
                 if blk >= L.nb:
                     continue
-                c = _block(L, blk, bd, bt)
-                pos = lower_bound_u32(bd, 0, c, d)
-                if pos < c and bd[pos] == d:
-                    w = _tf_add(w, L.field, bt[pos])
+                _cur_open(L, &cur, blk)
+                tf = _seek(&cur, d)
+                if tf:
+                    w = _tf_add(w, L.field, tf)
         elif q.head != NULL:
             for ki in range(groups[gi].key_lo, groups[gi].key_hi):
                 e = q.head[gterms[ki]]
