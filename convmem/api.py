@@ -69,6 +69,14 @@ def _find_damage(mm: Any, end: int) -> list[tuple[int, int, str]]:
     return found
 
 
+def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The token keys of a message's content, summary and tags (all tags' tokens together)."""
+    summary, tags = rec[11], rec[12]
+    return (tok.token_keys(rec[9]),
+            tok.token_keys(summary) if summary else _EMPTY_KEYS,
+            np.concatenate([tok.token_keys(t) for t in tags]) if tags else _EMPTY_KEYS)
+
+
 def _history_arrays(sessions: list, slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Each session's history, concatenated (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
     hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
@@ -513,18 +521,13 @@ class MemoryStore:
         return slot
 
     def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int) -> int:
-        content, summary, tags = rec[9], rec[11], rec[12]
-        if tags:
-            tag_keys = np.concatenate([tok.token_keys(t) for t in tags])
-            tag_hashes = np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
-        else:
-            tag_keys = tag_hashes = _EMPTY_KEYS
+        summary, tags = rec[11], rec[12]
+        tag_hashes = (np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
+                      if tags else _EMPTY_KEYS)
         doc = self._index.n_docs
         self._index.add(
             doc,
-            tok.token_keys(content),
-            tok.token_keys(summary) if summary else _EMPTY_KEYS,
-            tag_keys,
+            *_field_keys(rec),
             tag_hashes,
             int(self._slot_session.data[slot]),
             rec[5],
@@ -546,13 +549,9 @@ class MemoryStore:
         removing it lowers df without a forward index; (None,) * 3 when the record is damaged
         (the index then finds the doc's terms in its postings)."""
         try:
-            rec = self._record(doc)
+            return _field_keys(self._record(doc))
         except ConvMemError:
             return None, None, None
-        content, summary, tags = rec[9], rec[11], rec[12]
-        tag_keys = np.concatenate([tok.token_keys(t) for t in tags]) if tags else _EMPTY_KEYS
-        return (tok.token_keys(content), tok.token_keys(summary) if summary else _EMPTY_KEYS,
-                tag_keys)
 
     def _apply_delete(self, ulid: bytes) -> None:
         slot = self._ids.get(ulid)
