@@ -42,7 +42,7 @@ VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 DEFER_SECTION_BYTES = 4 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
 COMPACT_NAME = "messages.log.compact"
-STATE_VERSION = 2  # of the snapshot's sections as this module writes them; others are re-derived
+STATE_VERSION = 3  # of the snapshot's sections as this module writes them; others are re-derived
 FLAG_HAS_SUMMARY = 1  # doc flags
 FLAG_HAS_RELATIONS = 2
 _EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
@@ -147,11 +147,10 @@ class MemoryStore:
     # -- state ---------------------------------------------------------------------------
     def _reset_state(self) -> None:
         # Per message ("slot", in creation order).
-        self._slot_ulid = Column("u1", 16)
         self._slot_doc = Column("i4")  # current version's doc, -1 when deleted
         self._slot_session = Column("i4")
         self._slot_ts = Column("i8")
-        self._ids = idmap.IdMap()  # 16-byte id -> slot
+        self._ids = idmap.IdMap()  # the 16-byte ids in slot order, and id -> slot
         # Per stored version ("doc", the search index's document number).
         self._doc_offset = Column("i8")
         self._doc_len = Column("u4")
@@ -170,7 +169,7 @@ class MemoryStore:
         self._ulid_last = (0, 0)  # (ms, 80-bit random) of the newest id made here
 
     def _ulid_of(self, slot: int) -> bytes:
-        return self._slot_ulid.data[slot].tobytes()
+        return self._ids.key(slot)
 
     def _open(self) -> None:
         self._verifier: threading.Thread | None = None
@@ -240,8 +239,8 @@ class MemoryStore:
             "live_bytes": self._live_bytes,
         }
         arrays = {
-            "slot_ulid": self._slot_ulid.view(),
-            "id_table": self._ids.to_array(),
+            "slot_ulid": self._ids.keys_array(),
+            "id_table": self._ids.table_array(),
             "slot_doc": self._slot_doc.view(),
             "slot_session": self._slot_session.view(),
             "slot_ts": self._slot_ts.view(),
@@ -343,7 +342,6 @@ class MemoryStore:
 
     def _load_state(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self._reset_state()
-        self._slot_ulid = Column.from_array(arrays["slot_ulid"])
         self._slot_doc = Column.from_array(arrays["slot_doc"])
         self._slot_session = Column.from_array(arrays["slot_session"])
         self._slot_ts = Column.from_array(arrays["slot_ts"])
@@ -352,12 +350,9 @@ class MemoryStore:
         self._doc_slot = Column.from_array(arrays["doc_slot"])
         self._doc_kind = Column.from_array(arrays["doc_kind"])
         self._doc_flags = Column.from_array(arrays["doc_flags"])
-        if "id_table" in arrays and not _PURE_CORE:
-            self._ids = idmap.IdMap.from_array(arrays["id_table"])
-            if len(self._ids) != self._slot_ulid.n:
-                raise SnapshotError("snapshot id table does not match its id column")
-        else:
-            self._ids = idmap.IdMap.from_column(self._slot_ulid.view())
+        table = arrays.get("id_table")
+        usable = table is not None and len(table) > 0 and not _PURE_CORE
+        self._ids = idmap.IdMap.from_arrays(arrays["slot_ulid"], table if usable else None)
         self._sessions.load(meta["sessions"], arrays["hist_off"], arrays["hist_ts"],
                             arrays["hist_slots"], arrays["kind_counts"])
         self._relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
@@ -491,11 +486,10 @@ class MemoryStore:
         ts, kind = rec[1], rec[5]
         slot = self._ids.get(ulid)
         if slot is None:
-            slot = self._slot_ulid.append(np.frombuffer(ulid, dtype=np.uint8))
+            slot = self._ids.add(ulid)
             self._slot_doc.append(-1)
             self._slot_session.append(self._sessions.number(rec[8]))
             self._slot_ts.append(ts)
-            self._ids[ulid] = slot
             old_doc = -1
         else:
             old_doc = int(self._slot_doc.data[slot])
@@ -1176,7 +1170,7 @@ class MemoryStore:
             session_map[s.num] = i
         meta = self._common_meta(sessions)
         arrays = {
-            "slot_ulid": self._slot_ulid.data[live_slots],
+            "slot_ulid": self._ids.keys_array()[live_slots],
             "slot_doc": new_docs.astype(np.int32),
             "slot_session": session_map[self._slot_session.data[live_slots]].astype(np.int32),
             "slot_ts": self._slot_ts.data[live_slots],
@@ -1200,7 +1194,7 @@ class MemoryStore:
         with self._mutex:
             self._check_open()
             ix = self._index.nbytes()
-            entries = (self._slot_ulid.nbytes + self._slot_doc.nbytes + self._slot_session.nbytes
+            entries = (self._slot_doc.nbytes + self._slot_session.nbytes
                        + self._slot_ts.nbytes + self._doc_offset.nbytes + self._doc_len.nbytes
                        + self._doc_slot.nbytes + self._doc_kind.nbytes + self._doc_flags.nbytes
                        + self._ids.nbytes)

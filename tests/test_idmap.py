@@ -1,4 +1,4 @@
-"""IdMap (16-byte id -> int): the compiled table against its dict twin."""
+"""IdMap (ids in slot order + id -> slot): the compiled table against its twin."""
 from __future__ import annotations
 
 import os
@@ -15,19 +15,20 @@ MODULES = [compiled, twin]
 
 
 @pytest.mark.parametrize("mod", MODULES, ids=["compiled", "twin"])
-def test_set_get_overwrite_and_grow(mod):
+def test_add_get_key_and_grow(mod):
     m = mod.IdMap(4)
     keys = [os.urandom(16) for _ in range(5000)]
-    for i, k in enumerate(keys):
-        m[k] = i
+    assert [m.add(k) for k in keys] == list(range(5000))
     assert len(m) == 5000
-    assert all(m.get(k) == i for i, k in enumerate(keys))
-    m[keys[10]] = 99
-    assert m[keys[10]] == 99 and len(m) == 5000
+    assert all(m.get(k) == i and m.key(i) == k for i, k in enumerate(keys))
     missing = os.urandom(16)
     assert m.get(missing) is None and missing not in m and keys[0] in m
     with pytest.raises(KeyError):
         m[missing]
+    with pytest.raises(ValueError):
+        m.add(keys[7])  # already present
+    with pytest.raises(IndexError):
+        m.key(5000)
 
 
 @pytest.mark.parametrize("mod", MODULES, ids=["compiled", "twin"])
@@ -36,39 +37,40 @@ def test_rejects_wrong_sizes(mod):
     with pytest.raises(ValueError):
         m.get(b"short")
     with pytest.raises(ValueError):
-        m[b"x" * 17] = 1
-    with pytest.raises(ValueError):
-        m[b"x" * 16] = -1
+        m.add(b"x" * 17)
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.lists(st.binary(min_size=16, max_size=16), max_size=300))
-def test_from_column_matches_twin(ids):
-    arr = np.frombuffer(b"".join(ids), dtype=np.uint8).reshape(-1, 16)
-    a, b = compiled.IdMap.from_column(arr), twin.IdMap.from_column(arr)
-    assert len(a) == len(b) == len(set(ids))
+@given(st.lists(st.binary(min_size=16, max_size=16), max_size=300, unique=True))
+def test_round_trips_match_twin(ids):
+    a, b = compiled.IdMap(), twin.IdMap()
     for k in ids:
-        assert a.get(k) == b.get(k)  # the last row of a repeated id wins in both
+        assert a.add(k) == b.add(k)
+    keys = a.keys_array()
+    assert keys.tobytes() == b.keys_array().tobytes() == b"".join(ids)
+    table = a.table_array()
+    table.flags.writeable = False  # as a snapshot's read-only view
+    for restored in (compiled.IdMap.from_arrays(keys, table), compiled.IdMap.from_arrays(keys),
+                     twin.IdMap.from_arrays(keys)):
+        assert len(restored) == len(ids)
+        assert all(restored.get(k) == i for i, k in enumerate(ids))
+        restored.add(b"\xff" * 16 if b"\xff" * 16 not in ids else b"\xfe" * 16)  # stays writable
+
+
+def test_table_naming_missing_slots_is_refused():
+    m = compiled.IdMap()
+    for _ in range(10):
+        m.add(os.urandom(16))
+    table = m.table_array()
+    with pytest.raises(ValueError):
+        compiled.IdMap.from_arrays(m.keys_array()[:5], table)
+    with pytest.raises(ValueError):
+        compiled.IdMap.from_arrays(m.keys_array(), np.zeros(10, dtype=np.int32))
 
 
 def test_nbytes_counts_capacity():
     m = compiled.IdMap(1000)
     before = m.nbytes
     for _ in range(5000):
-        m[os.urandom(16)] = 1
-    assert m.nbytes > before and m.nbytes >= 5000 * 2 * 24
-
-
-def test_table_round_trip():
-    m = compiled.IdMap()
-    keys = [os.urandom(16) for _ in range(3000)]
-    for i, k in enumerate(keys):
-        m[k] = i
-    table = m.to_array()
-    table.flags.writeable = False  # as a snapshot's read-only view
-    r = compiled.IdMap.from_array(table)
-    assert len(r) == 3000 and all(r.get(k) == i for i, k in enumerate(keys))
-    r[os.urandom(16)] = 7  # the restored map stays writable
-    assert len(r) == 3001 and len(m) == 3000
-    with pytest.raises(ValueError):
-        compiled.IdMap.from_array(np.zeros((10, 3), dtype=np.uint64))
+        m.add(os.urandom(16))
+    assert m.nbytes > before and m.nbytes >= 5000 * (16 + 8)

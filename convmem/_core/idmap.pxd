@@ -1,13 +1,11 @@
-from libc.stdint cimport uint64_t, int64_t
-
-cdef struct IdSlot:
-    uint64_t hi
-    uint64_t lo
-    int64_t value     # -1: empty
+from libc.stdint cimport uint8_t, uint64_t, int32_t
 
 cdef class IdMap:
-    cdef IdSlot* table
-    cdef Py_ssize_t capacity   # a power of two
-    cdef Py_ssize_t count
-    cdef int _grow(self) except -1
-    cdef int64_t _find(self, uint64_t hi, uint64_t lo) noexcept nogil
+    cdef uint8_t* keys         # n x 16 bytes: the id of slot i at keys[16 * i]
+    cdef Py_ssize_t n, key_cap
+    cdef int32_t* table        # open addressing: a slot number, or -1 for empty
+    cdef Py_ssize_t capacity   # a power of two, at least 2 * n
+    cdef int _grow_table(self) except -1
+    cdef int _grow_keys(self) except -1
+    cdef Py_ssize_t _find(self, const uint8_t* key) noexcept nogil
+    cdef void _place(self, Py_ssize_t slot) noexcept nogil

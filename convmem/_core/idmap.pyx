@@ -1,12 +1,14 @@
 # cython: language_level=3
-"""IdMap: 16-byte message id -> int, an open-addressing table (no Python object per entry).
+"""IdMap: the message ids in creation order ("slots") and a hash table from id to slot.
 
-A dict of 1M bytes keys costs ~100 bytes an entry and seconds to rebuild at open; this table
-costs 24 bytes a slot at load factor <= 0.5 and is rebuilt from the id column in milliseconds.
+The ids are stored once, 16 bytes each in slot order, and the table holds only 4-byte slot
+numbers (it compares against the stored ids). A dict of a million 16-byte keys costs ~100 bytes
+an entry and seconds to rebuild at open; this costs 16 + 8 to 16 bytes an id and is restored from
+a snapshot by two copies.
 """
-from cpython.mem cimport PyMem_Calloc, PyMem_Free
-from libc.stdint cimport uint64_t, int64_t, uint8_t
-from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
 
 import numpy as np
 
@@ -19,10 +21,9 @@ cdef inline uint64_t _load_be(const uint8_t* p) noexcept nogil:
     return v
 
 
-cdef inline uint64_t _mix(uint64_t hi, uint64_t lo) noexcept nogil:
-    # The random part of a ULID is already uniform; fold both halves and finalise anyway so
-    # that ids made with a non-random low half still spread.
-    cdef uint64_t z = hi ^ (lo * 0x9E3779B97F4A7C15ULL)
+cdef inline uint64_t _hash(const uint8_t* key) noexcept nogil:
+    # Fold both halves and finalise (splitmix64): ids whose random part is not random still spread.
+    cdef uint64_t z = _load_be(key) ^ (_load_be(key + 8) * 0x9E3779B97F4A7C15ULL)
     z ^= z >> 30
     z *= 0xbf58476d1ce4e5b9ULL
     z ^= z >> 27
@@ -36,132 +37,156 @@ cdef class IdMap:
         cdef Py_ssize_t cap = 16
         while cap < capacity * 2:
             cap <<= 1
-        self.table = <IdSlot*>PyMem_Calloc(cap, sizeof(IdSlot))
-        if self.table == NULL:
+        self.table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+        self.keys = <uint8_t*>PyMem_Malloc(max(16, capacity) * 16)
+        if self.table == NULL or self.keys == NULL:
             raise MemoryError()
-        cdef Py_ssize_t i
-        for i in range(cap):
-            self.table[i].value = -1
+        memset(self.table, 0xFF, cap * sizeof(int32_t))
         self.capacity = cap
-        self.count = 0
+        self.key_cap = max(16, capacity)
+        self.n = 0
 
     def __dealloc__(self):
         PyMem_Free(self.table)
+        PyMem_Free(self.keys)
 
     def __len__(self):
-        return self.count
+        return self.n
 
-    cdef int64_t _find(self, uint64_t hi, uint64_t lo) noexcept nogil:
+    cdef Py_ssize_t _find(self, const uint8_t* key) noexcept nogil:
         cdef Py_ssize_t mask = self.capacity - 1
-        cdef Py_ssize_t i = <Py_ssize_t>(_mix(hi, lo) & <uint64_t>mask)
-        while self.table[i].value >= 0:
-            if self.table[i].hi == hi and self.table[i].lo == lo:
-                return self.table[i].value
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(key) & <uint64_t>mask)
+        cdef int32_t slot
+        while True:
+            slot = self.table[i]
+            if slot < 0:
+                return -1
+            if memcmp(self.keys + 16 * <Py_ssize_t>slot, key, 16) == 0:
+                return slot
             i = (i + 1) & mask
-        return -1
 
-    cdef int _grow(self) except -1:
-        cdef IdSlot* old = self.table
-        cdef Py_ssize_t old_cap = self.capacity, i, j, mask
-        cdef Py_ssize_t cap = old_cap * 2
-        cdef IdSlot* table = <IdSlot*>PyMem_Calloc(cap, sizeof(IdSlot))
+    cdef void _place(self, Py_ssize_t slot) noexcept nogil:
+        cdef Py_ssize_t mask = self.capacity - 1
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(self.keys + 16 * slot) & <uint64_t>mask)
+        while self.table[i] >= 0:
+            i = (i + 1) & mask
+        self.table[i] = <int32_t>slot
+
+    cdef int _grow_table(self) except -1:
+        cdef Py_ssize_t cap = self.capacity * 2, s
+        cdef int32_t* table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
         if table == NULL:
             raise MemoryError()
-        for i in range(cap):
-            table[i].value = -1
-        mask = cap - 1
-        for i in range(old_cap):
-            if old[i].value >= 0:
-                j = <Py_ssize_t>(_mix(old[i].hi, old[i].lo) & <uint64_t>mask)
-                while table[j].value >= 0:
-                    j = (j + 1) & mask
-                table[j] = old[i]
+        memset(table, 0xFF, cap * sizeof(int32_t))
+        PyMem_Free(self.table)
         self.table = table
         self.capacity = cap
-        PyMem_Free(old)
+        for s in range(self.n):
+            self._place(s)
+        return 0
+
+    cdef int _grow_keys(self) except -1:
+        cdef Py_ssize_t cap = self.key_cap + self.key_cap // 4 + 16
+        cdef uint8_t* keys = <uint8_t*>PyMem_Realloc(self.keys, cap * 16)
+        if keys == NULL:
+            raise MemoryError()
+        self.keys = keys
+        self.key_cap = cap
         return 0
 
     def get(self, const uint8_t[::1] key not None, default=None):
+        """The slot of `key`, or `default`."""
         if key.shape[0] != 16:
             raise ValueError("an id is 16 bytes")
-        cdef int64_t v = self._find(_load_be(&key[0]), _load_be(&key[8]))
-        return default if v < 0 else v
+        cdef Py_ssize_t slot = self._find(&key[0])
+        return default if slot < 0 else slot
 
     def __contains__(self, key):
         return self.get(key) is not None
 
     def __getitem__(self, key):
-        v = self.get(key)
-        if v is None:
+        slot = self.get(key)
+        if slot is None:
             raise KeyError("id not present")
-        return v
+        return slot
 
-    def __setitem__(self, const uint8_t[::1] key not None, int64_t value):
-        if key.shape[0] != 16 or value < 0:
-            raise ValueError("an id is 16 bytes and its value is >= 0")
-        cdef uint64_t hi = _load_be(&key[0]), lo = _load_be(&key[8])
-        cdef Py_ssize_t mask, i
-        if (self.count + 1) * 2 > self.capacity:
-            self._grow()
-        mask = self.capacity - 1
-        i = <Py_ssize_t>(_mix(hi, lo) & <uint64_t>mask)
-        while self.table[i].value >= 0:
-            if self.table[i].hi == hi and self.table[i].lo == lo:
-                self.table[i].value = value
-                return
-            i = (i + 1) & mask
-        self.table[i].hi = hi
-        self.table[i].lo = lo
-        self.table[i].value = value
-        self.count += 1
+    def add(self, const uint8_t[::1] key not None) -> int:
+        """Append a new id as the next slot; returns the slot. The id must not be present."""
+        if key.shape[0] != 16:
+            raise ValueError("an id is 16 bytes")
+        if self._find(&key[0]) >= 0:
+            raise ValueError("id already present")
+        if self.n >= 0x7FFFFFFF:
+            raise OverflowError("too many ids")
+        if self.n == self.key_cap:
+            self._grow_keys()
+        if (self.n + 1) * 2 > self.capacity:
+            self._grow_table()
+        memcpy(self.keys + 16 * self.n, &key[0], 16)
+        self._place(self.n)
+        self.n += 1
+        return self.n - 1
 
-    @classmethod
-    def from_column(cls, const uint8_t[:, ::1] ids not None):
-        """Map row i of an (n, 16) uint8 array to i."""
-        cdef Py_ssize_t n = ids.shape[0], r, i, mask
-        cdef IdMap m = cls(max(1024, n))
-        cdef uint64_t hi, lo
-        if ids.shape[1] != 16 and n:
-            raise ValueError("ids must be an (n, 16) array")
-        mask = m.capacity - 1
-        with nogil:
-            for r in range(n):
-                hi = _load_be(&ids[r, 0])
-                lo = _load_be(&ids[r, 8])
-                i = <Py_ssize_t>(_mix(hi, lo) & <uint64_t>mask)
-                while m.table[i].value >= 0 and not (m.table[i].hi == hi and m.table[i].lo == lo):
-                    i = (i + 1) & mask
-                if m.table[i].value < 0:
-                    m.count += 1
-                m.table[i].hi = hi
-                m.table[i].lo = lo
-                m.table[i].value = r
-        return m
+    def key(self, Py_ssize_t slot) -> bytes:
+        """The id of `slot`."""
+        if slot < 0 or slot >= self.n:
+            raise IndexError("slot out of range")
+        return (<char*>self.keys)[16 * slot:16 * slot + 16]
 
-    def to_array(self):
-        """The table itself as an (capacity, 3) uint64 array (hi, lo, value), for snapshots."""
-        out = np.empty((self.capacity, 3), dtype=np.uint64)
-        cdef uint64_t[:, ::1] view = out
-        if self.capacity:
-            memcpy(&view[0, 0], self.table, self.capacity * sizeof(IdSlot))
+    def keys_array(self):
+        """A copy of the ids in slot order, as an (n, 16) uint8 array."""
+        out = np.empty((self.n, 16), dtype=np.uint8)
+        cdef uint8_t[:, ::1] view = out
+        if self.n:
+            memcpy(&view[0, 0], self.keys, self.n * 16)
+        return out
+
+    def table_array(self):
+        """A copy of the hash table (int32), for snapshots."""
+        out = np.empty(self.capacity, dtype=np.int32)
+        cdef int32_t[::1] view = out
+        memcpy(&view[0], self.table, self.capacity * sizeof(int32_t))
         return out
 
     @classmethod
-    def from_array(cls, const uint64_t[:, ::1] table not None):
-        """Restore a table saved by to_array (copied: the map must stay writable)."""
-        cdef Py_ssize_t cap = table.shape[0], i, count = 0
-        if table.shape[1] != 3 or cap < 16 or (cap & (cap - 1)) != 0:
-            raise ValueError("not an IdMap table")
-        cdef IdMap m = cls(cap // 2)
-        if m.capacity != cap:
-            raise ValueError("not an IdMap table")
-        memcpy(m.table, &table[0, 0], cap * sizeof(IdSlot))
-        for i in range(cap):
-            if m.table[i].value >= 0:
-                count += 1
-        m.count = count
+    def from_arrays(cls, const uint8_t[:, ::1] keys not None, table=None):
+        """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt)."""
+        cdef Py_ssize_t n = keys.shape[0], s, cap
+        cdef const int32_t[::1] t
+        if n and keys.shape[1] != 16:
+            raise ValueError("ids must be an (n, 16) array")
+        cdef IdMap m = cls(max(16, n + n // 4))
+        if n:
+            memcpy(m.keys, &keys[0, 0], n * 16)
+        m.n = n
+        if table is not None:
+            t = table
+            cap = t.shape[0]
+            if cap < 16 or (cap & (cap - 1)) != 0 or cap < 2 * n:
+                raise ValueError("not an IdMap table")
+            for s in range(cap):
+                if t[s] >= n:
+                    raise ValueError("IdMap table names a slot that does not exist")
+            if cap != m.capacity:
+                PyMem_Free(m.table)
+                m.table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+                if m.table == NULL:
+                    raise MemoryError()
+                m.capacity = cap
+            memcpy(m.table, &t[0], cap * sizeof(int32_t))
+        else:
+            while m.capacity < 2 * n:
+                m.capacity *= 2
+            PyMem_Free(m.table)
+            m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
+            if m.table == NULL:
+                raise MemoryError()
+            memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
+            with nogil:
+                for s in range(n):
+                    m._place(s)
         return m
 
     @property
     def nbytes(self):
-        return self.capacity * sizeof(IdSlot)
+        return self.capacity * sizeof(int32_t) + self.key_cap * 16

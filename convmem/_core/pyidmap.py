@@ -1,4 +1,4 @@
-"""Pure-Python twin of idmap.IdMap (the test oracle): a dict with the same interface."""
+"""Pure-Python twin of idmap.IdMap (the test oracle): a list of ids and a dict."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,51 +6,54 @@ import numpy as np
 
 class IdMap:
     def __init__(self, capacity: int = 1024) -> None:
-        self._d: dict[bytes, int] = {}
+        self._keys: list[bytes] = []
+        self._slots: dict[bytes, int] = {}
 
     def __len__(self) -> int:
-        return len(self._d)
+        return len(self._keys)
 
     def get(self, key: bytes, default: int | None = None) -> int | None:
         if len(key) != 16:
             raise ValueError("an id is 16 bytes")
-        return self._d.get(bytes(key), default)
+        return self._slots.get(bytes(key), default)
 
     def __contains__(self, key: bytes) -> bool:
         return self.get(key) is not None
 
     def __getitem__(self, key: bytes) -> int:
-        v = self.get(key)
-        if v is None:
+        slot = self.get(key)
+        if slot is None:
             raise KeyError("id not present")
-        return v
+        return slot
 
-    def __setitem__(self, key: bytes, value: int) -> None:
-        if len(key) != 16 or value < 0:
-            raise ValueError("an id is 16 bytes and its value is >= 0")
-        self._d[bytes(key)] = value
+    def add(self, key: bytes) -> int:
+        if len(key) != 16:
+            raise ValueError("an id is 16 bytes")
+        key = bytes(key)
+        if key in self._slots:
+            raise ValueError("id already present")
+        self._slots[key] = len(self._keys)
+        self._keys.append(key)
+        return len(self._keys) - 1
+
+    def key(self, slot: int) -> bytes:
+        if slot < 0 or slot >= len(self._keys):
+            raise IndexError("slot out of range")
+        return self._keys[slot]
+
+    def keys_array(self) -> np.ndarray:
+        return np.frombuffer(b"".join(self._keys), dtype=np.uint8).reshape(-1, 16).copy()
+
+    def table_array(self) -> np.ndarray:
+        return np.zeros(0, dtype=np.int32)  # the twin has no table; from_arrays rebuilds
 
     @classmethod
-    def from_column(cls, ids: np.ndarray) -> "IdMap":
+    def from_arrays(cls, keys: np.ndarray, table: np.ndarray | None = None) -> "IdMap":
         m = cls()
-        for i in range(len(ids)):
-            m._d[ids[i].tobytes()] = i
-        return m
-
-    def to_array(self) -> np.ndarray:
-        """(n, 3) uint64 rows (hi, lo, value): the same information as the compiled table."""
-        rows = [(int.from_bytes(k[:8], "big"), int.from_bytes(k[8:], "big"), v)
-                for k, v in self._d.items()]
-        return np.array(rows, dtype=np.uint64).reshape(-1, 3)
-
-    @classmethod
-    def from_array(cls, table: np.ndarray) -> "IdMap":
-        m = cls()
-        for hi, lo, value in table.tolist():
-            if value < (1 << 63):  # the compiled table marks empty slots with -1
-                m._d[hi.to_bytes(8, "big") + lo.to_bytes(8, "big")] = value
+        for row in keys:
+            m.add(row.tobytes())
         return m
 
     @property
     def nbytes(self) -> int:
-        return len(self._d) * 101 + 64
+        return len(self._keys) * (33 + 16 + 101)
