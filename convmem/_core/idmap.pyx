@@ -155,7 +155,7 @@ cdef class IdMap:
         cdef const int32_t[::1] t
         if n and keys.shape[1] != 16:
             raise ValueError("ids must be an (n, 16) array")
-        cdef IdMap m = cls(max(16, n + n // 4))
+        cdef IdMap m = cls(max(16, n))
         if n:
             memcpy(m.keys, &keys[0, 0], n * 16)
         m.n = n

@@ -14,9 +14,10 @@ class Column:
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "Column":
-        """Adopt loaded values (copied: snapshot views are read-only and must grow)."""
+        """Adopt loaded values (copied: snapshot views are read-only and must grow). No slack:
+        a store that is only read holds no spare capacity; the first append grows by a quarter."""
         col = cls.__new__(cls)
-        capacity = max(256, len(array) + len(array) // 8)
+        capacity = max(256, len(array))
         col.data = np.zeros((capacity,) + array.shape[1:], dtype=array.dtype)
         col.data[: len(array)] = array
         col.n = len(array)

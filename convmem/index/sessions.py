@@ -75,8 +75,9 @@ class SessionIndex:
         i = self._position(s, ts, ulid)
         if s.n == len(s.ts):
             self._bytes -= s.nbytes()
-            s.ts = np.concatenate([s.ts, np.zeros(len(s.ts), dtype=np.int64)])
-            s.slots = np.concatenate([s.slots, np.zeros(len(s.slots), dtype=np.int32)])
+            extra = max(4, len(s.ts) // 2)
+            s.ts = np.concatenate([s.ts, np.zeros(extra, dtype=np.int64)])
+            s.slots = np.concatenate([s.slots, np.zeros(extra, dtype=np.int32)])
             self._bytes += s.nbytes()
         if i < s.n:
             s.ts[i + 1 : s.n + 1] = s.ts[i : s.n].copy()
@@ -122,7 +123,7 @@ class SessionIndex:
             self.by_num.append(s)
             a, b = offsets[num], offsets[num + 1]
             n = b - a
-            cap = max(4, n + n // 4)
+            cap = max(4, n)
             s.ts = np.empty(cap, dtype=np.int64)
             s.slots = np.empty(cap, dtype=np.int32)
             s.ts[:n] = hist_ts[a:b]
