@@ -24,10 +24,7 @@ from mcp import Client, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-try:  # the installed package; a source checkout built in place needs its root on the path
-    import convmem._core  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(HERE.parent))
+import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
 import corpus  # noqa: E402
 
 

@@ -44,12 +44,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-try:  # the installed package; a source checkout built in place needs its root on the path
-    import convmem._core  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
 
 import corpus  # noqa: E402
 

@@ -69,6 +69,22 @@ def _find_damage(mm: Any, end: int) -> list[tuple[int, int, str]]:
     return found
 
 
+class _Budget:
+    """The ~8 MiB response budget: items are taken while they fit; the first always fits."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self.count = 0
+
+    def take(self, item: dict[str, Any]) -> bool:
+        size = len(orjson.dumps(item)) + 1
+        if self.count and self.used + size > RESPONSE_BUDGET:
+            return False
+        self.used += size
+        self.count += 1
+        return True
+
+
 def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The token keys of a message's content, summary and tags (all tags' tokens together)."""
     summary, tags = rec[11], rec[12]
@@ -814,15 +830,13 @@ class MemoryStore:
         result: dict[str, Any] = {"history": out}
         if s is None:
             return result
-        used = 0
+        budget = _Budget()
         i = start
         while i < s.n and len(out) < limit:
             msg = self._message_of_slot(int(s.slots[i]))
-            size = len(orjson.dumps(msg)) + 1
-            if out and used + size > RESPONSE_BUDGET:
+            if not budget.take(msg):
                 break
             out.append(msg)
-            used += size
             i += 1
         if i < s.n and out:
             last_slot = int(s.slots[i - 1])
@@ -840,7 +854,7 @@ class MemoryStore:
             (started,) = struct.unpack("<q", raw[:8])
             start = bisect.bisect_right(order, (started, raw[8:], 1 << 62))
         out: list[dict[str, Any]] = []
-        used = 0
+        budget = _Budget()
         i = start
         while i < len(order) and len(out) < limit:
             s = self._sessions.by_num[order[i][2]]
@@ -852,11 +866,9 @@ class MemoryStore:
                 "started_at": s.started_at,
                 "last_message_at": s.last_message_at,
             }
-            size = len(orjson.dumps(item)) + 1
-            if out and used + size > RESPONSE_BUDGET:
+            if not budget.take(item):
                 break
             out.append(item)
-            used += size
             i += 1
         result: dict[str, Any] = {"sessions": out}
         if i < len(order) and out:
@@ -1022,7 +1034,7 @@ class MemoryStore:
             docs, scores, parts = self._index.search(
                 keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                 min_importance=min_imp, tag_hashes=tag_hashes)
-            used = 0
+            budget = _Budget()
             for doc, score, (c, sm, tg) in zip(docs.tolist(), scores.tolist(), parts.tolist()):
                 rec = self._record(doc)
                 item = self._message(rec)
@@ -1038,11 +1050,9 @@ class MemoryStore:
                         "before": [self._message_of_slot(sl) for sl in before],
                         "after": [self._message_of_slot(sl) for sl in after],
                     }
-                size = len(orjson.dumps(item)) + 1
-                if results and used + size > RESPONSE_BUDGET:
+                if not budget.take(item):
                     break
                 results.append(item)
-                used += size
         return {"results": results}
 
     # -- rebuild ---------------------------------------------------------------------------
