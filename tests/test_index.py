@@ -215,6 +215,48 @@ def test_pruning_with_many_ties() -> None:
             assert_same(filtered, ix.search(q, k, kind_mask=0b10, min_importance=51, exhaustive=True))
 
 
+def _common_term_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
+    """2500 docs where the terms 1-3 are very common (many blocks of 128 postings), with tf and
+    length spread widely so that block maxima differ; some in summary/tags, some removed, some
+    left in the buffer."""
+    rng = np.random.default_rng(seed)
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    for d in range(2500):
+        n = int(rng.choice([3, 8, 30, 120]))
+        content = [int(x) for x in rng.integers(10, 400, n)]
+        for t, p in ((1, 0.9), (2, 0.6), (3, 0.3)):
+            if rng.random() < p:
+                content += [t] * int(rng.choice([1, 1, 1, 2, 4, 9]))
+        summary = [1] if d % 41 == 0 else []
+        tags = [2, 3] if d % 53 == 0 else []
+        args = (d, content, summary, tags, [], d % 4, d % 6, d % 4, (d * 13) % 101, d,
+                d.to_bytes(16, "big"))
+        ix.add(*args)
+        tw.add(*args)
+        if d == 2000:
+            ix.merge_segments()
+    for d in range(0, 2500, 17):
+        ix.remove(d)
+        tw.remove(d)
+    return ix, tw
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_max_skipping_keeps_results_on_common_terms(seed: int) -> None:
+    ix, tw = _common_term_index(seed)
+    restored = compiled.SearchIndex.from_arrays(_common_term_index(seed)[0].to_arrays())
+    for index in (ix, restored):
+        index._set_prune_min(0)
+        for q in ([1], [2], [3], [1, 2], [1, 2, 3], [2, 3, 77]):
+            for k in (1, 20, 100):
+                for kw in ({}, {"session": 1}, {"kind_mask": 0b000110, "min_importance": 30}):
+                    got = index.search(q, k, **kw)
+                    assert index.last_pruned
+                    assert len(got[0]) == min(k, len(tw.search(q, 10_000, **kw)[0]))
+                    assert_same(got, index.search(q, k, exhaustive=True, **kw))
+                    assert_same(got, tw.search(q, k, **kw))
+
+
 # ---- filters -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

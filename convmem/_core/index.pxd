@@ -33,6 +33,13 @@ cdef struct FieldPostings:
     const uint8_t* data
     int64_t n_terms
     int64_t n_bytes
+    # Block maxima, computed when the segment is made (not stored): for the lists of more than
+    # one block, bm_terms (ascending) holds their term index, bm_off the start of their blocks in
+    # bm; per block, bm = max tf | min(field length, 2^24 - 1) << 8.
+    const uint32_t* bm_terms
+    const uint32_t* bm_off
+    const uint32_t* bm
+    int64_t n_bm
 
 
 # A segment covers docs [doc_lo, doc_hi), the three fields together.
@@ -50,6 +57,7 @@ cdef struct PList:
     const uint8_t* skip
     const uint8_t* payload
     const uint8_t* end      # end of the field's data: the fast decoder reads 8 bytes at a time
+    const uint32_t* bm      # per block max tf and min length (FieldPostings), NULL: not known
     int64_t n
     int64_t nb
     uint32_t first
@@ -129,7 +137,8 @@ cdef struct Query:
 
 cdef class _Segment:
     cdef SegView v
-    cdef list arrays        # numpy arrays that hold the memory, 4 per field
+    cdef list arrays        # numpy arrays that hold the memory, 3 per field
+    cdef list bm_arrays     # numpy arrays of the block maxima, 3 per field
 
 
 cdef class SearchIndex:

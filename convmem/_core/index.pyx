@@ -424,6 +424,7 @@ cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t*
         L.skip = NULL
     L.payload = p
     L.end = end
+    L.bm = NULL
     return p
 
 
@@ -646,16 +647,55 @@ cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) 
 # ---- segments ----------------------------------------------------------------------------------
 
 cdef class _Segment:
-    """One immutable postings segment; `arrays` holds its memory (numpy, maybe a read-only mmap)."""
+    """One immutable postings segment; `arrays` holds its memory (numpy, maybe a read-only mmap),
+    `bm_arrays` its block maxima."""
 
     def __cinit__(self):
         self.arrays = []
+        self.bm_arrays = []
 
 
-cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays):
-    """Wrap 9 arrays (terms, offsets, data for each field) as a segment."""
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, uint32_t* bterms,
+                      uint32_t* boff, uint32_t* bm, int64_t* n_blocks) noexcept nogil:
+    """The block maxima of one field's lists of more than one block (see FieldPostings); with
+    bm NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
+    cdef int64_t li, j, i, c, nl = 0, nbk = 0
+    cdef PList L
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef uint32_t mt, ml, ln
+    for li in range(fp.n_terms):
+        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        if L.nb < 2:
+            continue
+        if bm != NULL:
+            bterms[nl] = <uint32_t>li
+            boff[nl] = <uint32_t>nbk
+            for j in range(L.nb):
+                c = _block(&L, j, bd, bt)
+                mt = 0
+                ml = 0xFFFFFF
+                for i in range(c):
+                    if bt[i] > mt:
+                        mt = bt[i]
+                    ln = lens[3 * <int64_t>bd[i] + f]
+                    if ln < ml:
+                        ml = ln
+                bm[nbk + j] = mt | (ml << 8)
+        nl += 1
+        nbk += L.nb
+    n_blocks[0] = nbk
+    return nl
+
+
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens):
+    """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `lens` (the doc field
+    lengths, 3 a doc, for every doc of the segment) gives the block maxima."""
     cdef _Segment s = _Segment.__new__(_Segment)
-    cdef cnp.ndarray terms, offsets, data
+    cdef cnp.ndarray terms, offsets, data, bterms, boff, bm
+    cdef int64_t nl, nbk = 0
     cdef int f
     s.arrays = arrays
     s.v.doc_lo = doc_lo
@@ -670,6 +710,19 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays):
         s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
         s.v.f[f].n_terms = terms.shape[0]
         s.v.f[f].n_bytes = data.shape[0]
+        with nogil:
+            nl = _bm_fill(&s.v.f[f], lens, f, NULL, NULL, NULL, &nbk)
+        bterms = np.empty(nl, dtype=np.uint32)
+        boff = np.empty(nl, dtype=np.uint32)
+        bm = np.empty(nbk, dtype=np.uint32)
+        with nogil:
+            _bm_fill(&s.v.f[f], lens, f, <uint32_t*>cnp.PyArray_DATA(bterms),
+                     <uint32_t*>cnp.PyArray_DATA(boff), <uint32_t*>cnp.PyArray_DATA(bm), &nbk)
+        s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
+        s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
+        s.v.f[f].bm = <const uint32_t*>cnp.PyArray_DATA(bm)
+        s.v.f[f].n_bm = nl
+        s.bm_arrays += [bterms, boff, bm]
     return s
 
 
@@ -848,7 +901,7 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
 
 
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
-                     uint32_t doc_lo, uint32_t doc_hi):
+                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi):
     """One segment with the live postings of `segs` (ascending doc ranges)."""
     cdef int64_t k = len(segs), s
     cdef int f, rc = 0
@@ -879,7 +932,7 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         rb_free(&ttfs)
         PyMem_Free(views)
         PyMem_Free(cur)
-    return _segment(doc_lo, doc_hi, arrays)
+    return _segment(doc_lo, doc_hi, arrays, lens)
 
 
 # ---- scoring kernels (nogil) -------------------------------------------------------------------
@@ -1170,27 +1223,50 @@ cdef int64_t _single(Query* q, const Group* g, const PList* lists, const uint32_
 
     The postings of the other fields and of the buffer go to q.tfacc first; the content lists
     then stream straight into the heap (docs that also occur elsewhere are finished from q.tfacc),
-    skipping the docs that the division-free test of _content_cut rules out. Heap items keep the
+    skipping the docs that the division-free test of _content_cut rules out, and whole blocks
+    whose max tf and min length (PList.bm) fail it. Heap items keep the
     packed tfs in `i` so that the breakdown is recomputed exactly at the end.
     """
-    cdef int64_t ng, li, i, j, b, c, nh = 0
+    cdef int64_t ng, li, i, j, b, c, gi, nh = 0
     cdef const PList* L
-    cdef uint32_t d, w, tf
+    cdef uint32_t d, w, tf, last
     cdef double cut[3]
     cdef double s
     cdef double p[3]
     cdef const uint32_t* lens = q.lens
     cdef uint32_t bd[IX_BLOCK]
     cdef uint8_t bt[IX_BLOCK]
+    cdef Cursor cur
+    memset(&cur, 0, sizeof(Cursor))
     cut[0] = 0.0
     cut[1] = -1.0
     cut[2] = 0.0
     ng = _pass1(q, g, lists, gterms, True)
+    # Ascending, so that a skipped block can still give its content tf to the docs of q.gt
+    radix_sort_u32(q.gt, q.qt, ng)
     for li in range(g.list_lo, g.list_hi):
         L = &lists[li]
         if L.field != 0:
             continue
+        gi = lower_bound_u32(q.gt, 0, ng, L.first)
         for b in range(L.nb):
+            if L.bm != NULL:
+                last = _block_last(L, b)
+                # Block max: the block's max tf at its min length fails the cut, so every
+                # content-only doc of the block does; the docs of q.gt get their tf by probing.
+                if cut[0] * <double>(L.bm[b] & 0xFF) < cut[1] + cut[2] * <double>(L.bm[b] >> 8):
+                    cur.blk = -1
+                    while gi < ng and q.gt[gi] <= last:
+                        d = q.gt[gi]
+                        if cur.blk != b:
+                            _cur_open(L, &cur, b)
+                        tf = _seek(&cur, d)
+                        if tf:
+                            q.tfacc[d] = _tf_add(q.tfacc[d], 0, tf)
+                        gi += 1
+                    continue
+                while gi < ng and q.gt[gi] <= last:
+                    gi += 1
             c = _block(L, b, bd, bt)
             for i in range(c):
                 d = bd[i]
@@ -2019,7 +2095,8 @@ cdef class SearchIndex:
         self._buf_lo = <uint32_t>self._n_docs
         self._buf_dead = 0
         if any(arrays[3 * f + 2].shape[0] for f in range(3)):
-            self._set_segments(self._segs + [_segment(lo, <uint32_t>self._n_docs, arrays)])
+            self._set_segments(self._segs + [_segment(lo, <uint32_t>self._n_docs, arrays,
+                                                               <const uint32_t*>self._lens.data)])
         return 0
 
     cdef int _maybe_merge(self) except -1:
@@ -2032,7 +2109,8 @@ cdef class SearchIndex:
             b = segs[len(segs) - 1]
             if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
                 break
-            m = _merge([a, b], meta, NULL, NULL, a.v.doc_lo, b.v.doc_hi)
+            m = _merge([a, b], meta, NULL, NULL, <const uint32_t*>self._lens.data, a.v.doc_lo,
+                       b.v.doc_hi)
             segs = segs[:len(segs) - 2] + ([m] if _nonempty(m) else [])
         self._set_segments(segs)
         return 0
@@ -2049,7 +2127,7 @@ cdef class SearchIndex:
         segs = self._segs
         if len(segs) > 1 or (len(segs) == 1 and (<_Segment>segs[0]).v.n_dead > 0):
             m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL,
-                       (<_Segment>segs[0]).v.doc_lo, (<_Segment>segs[len(segs) - 1]).v.doc_hi)
+                       <const uint32_t*>self._lens.data, (<_Segment>segs[0]).v.doc_lo, (<_Segment>segs[len(segs) - 1]).v.doc_hi)
             self._set_segments([m] if _nonempty(m) else [])
 
     # -- search ---------------------------------------------------------------------------------
@@ -2110,7 +2188,7 @@ cdef class SearchIndex:
         large idf would only loosen the pruning bounds.
         """
         cdef uint64_t* keys
-        cdef int64_t nu = 0, i, ki, s, T = self._t_keys.len, pos, added, t, G = 0, li, df
+        cdef int64_t nu = 0, i, ki, s, T = self._t_keys.len, pos, added, t, G = 0, li, df, bi
         cdef int f
         cdef uint64_t key
         cdef uint32_t c
@@ -2164,6 +2242,10 @@ cdef class SearchIndex:
                         garr_reserve(&self._q_lists, self._q_lists.len + 1)
                         L = <PList*>self._q_lists.data + self._q_lists.len
                         _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+                        if L.nb > 1:
+                            bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
+                            if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
+                                L.bm = fp.bm + fp.bm_off[bi]
                         L.seg = <int32_t>s
                         L.field = f
                         g.n_postings += L.n
@@ -2390,7 +2472,7 @@ cdef class SearchIndex:
             out._sum_len[i] = self._sum_len[i]
         out._buf_lo = <uint32_t>nl
         if self._segs:
-            m = _merge(self._segs, meta, o2n, tm, 0, <uint32_t>nl)
+            m = _merge(self._segs, meta, o2n, tm, <const uint32_t*>out._lens.data, 0, <uint32_t>nl)
             if _nonempty(m):
                 out._set_segments([m])
         return out, old_to_new
@@ -2399,7 +2481,7 @@ cdef class SearchIndex:
         """Bytes held (capacity, not length), by part; borrowed (mmap'd) arrays included."""
         cdef int64_t postings = 0
         for s in self._segs:
-            for arr in (<_Segment>s).arrays:
+            for arr in (<_Segment>s).arrays + (<_Segment>s).bm_arrays:
                 postings += arr.nbytes
         postings += (garr_bytes(&self._b_doc) + garr_bytes(&self._b_tf) + garr_bytes(&self._b_field)
                      + garr_bytes(&self._b_next) + garr_bytes(&self._b_terms)
@@ -2515,7 +2597,8 @@ cdef class SearchIndex:
             ix._sum_len[f] = int(sum_len[f])
         ix._buf_lo = <uint32_t>n
         if any(seg_arrays[3 * f + 2].shape[0] for f in range(3)):
-            ix._set_segments([_segment(0, <uint32_t>n, seg_arrays)])
+            ix._set_segments([_segment(0, <uint32_t>n, seg_arrays,
+                                       <const uint32_t*>ix._lens.data)])
         return ix
 
 
