@@ -218,17 +218,19 @@ def test_pruning_with_many_ties() -> None:
 def _common_term_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
     """2500 docs where the terms 1-3 are very common (many blocks of 128 postings), with tf and
     length spread widely so that block maxima differ; some in summary/tags, some removed, some
-    left in the buffer."""
+    left in the buffer. Lengths change every 300 docs, so that whole blocks hold long docs only
+    and can be skipped."""
     rng = np.random.default_rng(seed)
     ix, tw = compiled.SearchIndex(), twin.SearchIndex()
     for d in range(2500):
-        n = int(rng.choice([3, 8, 30, 120]))
+        n = (3, 120, 8, 200, 30)[(d // 300) % 5]
         content = [int(x) for x in rng.integers(10, 400, n)]
         for t, p in ((1, 0.9), (2, 0.6), (3, 0.3)):
             if rng.random() < p:
-                content += [t] * int(rng.choice([1, 1, 1, 2, 4, 9]))
-        summary = [1] if d % 41 == 0 else []
-        tags = [2, 3] if d % 53 == 0 else []
+                content += [t] * int(rng.choice([1, 1, 1, 2, 4, 9] if n < 100 else [1, 1, 2]))
+        # other fields: enough to lift a doc of a skipped block into the top k
+        summary = ([1] * 20 if d % 22 == 0 else [5] * 60) if d % 11 == 0 else []
+        tags = ([2, 3] * 10 if d % 26 == 0 else [8] * 30) if d % 13 == 0 else []
         args = (d, content, summary, tags, [], d % 4, d % 6, d % 4, (d * 13) % 101, d,
                 d.to_bytes(16, "big"))
         ix.add(*args)
