@@ -259,6 +259,49 @@ def test_block_max_skipping_keeps_results_on_common_terms(seed: int) -> None:
                     assert_same(got, tw.search(q, k, **kw))
 
 
+def _similar_idf_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
+    """3000 docs where the terms 1-5 each occur in about half the docs (similar, low idf, as the
+    bigrams of a common katakana word), with tf and length in runs of 250 docs so that block
+    maxima differ; some in summary/tags, some removed, some buffered. The candidates of the
+    pruned scorer stay dense here, so its later groups are decoded, not probed."""
+    rng = np.random.default_rng(100 + seed)
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    for d in range(3000):
+        n = (4, 150, 10, 60, 25, 300)[(d // 250) % 6]
+        content = [int(x) for x in rng.integers(10, 500, n)]
+        for t in (1, 2, 3, 4, 5):
+            if rng.random() < 0.45 + 0.02 * t:
+                content += [t] * int(rng.choice([1, 1, 2, 3, 7] if n < 100 else [1, 1, 2]))
+        summary = ([3, 4] * 6 if d % 38 == 0 else [6] * 40) if d % 19 == 0 else []
+        tags = ([5, 1] * 4 if d % 46 == 0 else [7] * 20) if d % 23 == 0 else []
+        args = (d, content, summary, tags, [], d % 3, d % 6, d % 4, (d * 29) % 101, d,
+                d.to_bytes(16, "big"))
+        ix.add(*args)
+        tw.add(*args)
+        if d == 2600:
+            ix.merge_segments()
+    for d in range(5, 3000, 19):
+        ix.remove(d)
+        tw.remove(d)
+    return ix, tw
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_pruning_keeps_results_on_similar_idf_common_terms(seed: int) -> None:
+    ix, tw = _similar_idf_index(seed)
+    restored = compiled.SearchIndex.from_arrays(_similar_idf_index(seed)[0].to_arrays())
+    for index in (ix, restored):
+        index._set_prune_min(0)
+        for q in ([1, 2, 3, 4, 5], [1, 2, 3], [2, 4], [1, 3, 5, 600]):
+            for k in (1, 20, 100):
+                for kw in ({}, {"session": 2}, {"kind_mask": 0b011010, "min_importance": 40}):
+                    got = index.search(q, k, **kw)
+                    assert index.last_pruned
+                    assert len(got[0]) == min(k, len(tw.search(q, 10_000, **kw)[0]))
+                    assert_same(got, index.search(q, k, exhaustive=True, **kw))
+                    assert_same(got, tw.search(q, k, **kw))
+
+
 # ---- filters -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -1518,13 +1518,22 @@ cdef int64_t _pruned(Query* q, const Group* groups, int64_t n_groups, const PLis
         while i < n_groups:
             g = &groups[order[i]]
             r = rest[i]
-            _probe(q, g, lists, gterms, nq)
-            for j in range(nq):
-                d = q.qt[j]
-                w = q.tfacc[d]
-                if w:
+            if nq * 4 < g.n_postings:
+                _probe(q, g, lists, gterms, nq)
+                for j in range(nq):
+                    d = q.qt[j]
+                    w = q.tfacc[d]
+                    if w:
+                        q.tfacc[d] = 0
+                        q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
+            else:                                     # many candidates: decoding beats probing
+                ng = _pass1(q, g, lists, gterms)
+                for j in range(ng):
+                    d = q.gt[j]
+                    w = q.tfacc[d]
                     q.tfacc[d] = 0
-                    q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
+                    if q.mark[d] == q.epoch:
+                        q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
             i += 1
             p = _kth_of_candidates(q, nq, k, kth)
             if p > theta:
