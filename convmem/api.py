@@ -38,6 +38,8 @@ log = logging.getLogger("convmem")
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB, keeping room for the envelope
 CONTEXT_MESSAGE_CAP = 50
 SNAPSHOT_EVERY_RECORDS = 50_000
+IMPORT_FIELDS = frozenset({"session_id", "role", "content", "metadata", "timestamp", "message_id",
+                           "revision", "updated_at"})
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 DEFER_SECTION_BYTES = 4 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
@@ -1304,11 +1306,8 @@ class MemoryStore:
     def _prepare_import(self, item: Any) -> Record:
         if not isinstance(item, dict):
             raise v.fail("each imported item must be a JSON object")
-        allowed = {"session_id", "role", "content", "metadata", "timestamp", "message_id",
-                   "revision", "updated_at"}
-        for key in item:
-            if key not in allowed:
-                raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(allowed))}")
+        if item.keys() - IMPORT_FIELDS:
+            raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(IMPORT_FIELDS))}")
         session, _ = v.text("session_id", item.get("session_id"), min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
         role_i = v.ROLES.index(v.choice("role", item.get("role"), v.ROLES))
         body, _ = v.text("content", item.get("content"), min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
