@@ -52,15 +52,6 @@ class LogFile:
             os.close(fd)
             raise
 
-    @staticmethod
-    def create_compacted(path: Path, base_sequence: int, frames: list[bytes] | None,
-                         io: IoCounters) -> tuple[int, bytes]:
-        """Write a new log file at `path` (not yet in place); returns (fd, log_id)."""
-        log_id = os.urandom(16)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
-        write_all(fd, codec.encode_log_header(log_id, base_sequence), io)
-        return fd, log_id
-
     def map(self) -> mmap.mmap | None:
         """A read-only map of the whole file for scanning (None for an empty body)."""
         if self.size <= codec.LOG_HEADER_SIZE:
