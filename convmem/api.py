@@ -43,7 +43,11 @@ IMPORT_FIELDS = frozenset({"session_id", "role", "content", "metadata", "timesta
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 DEFER_SECTION_BYTES = 4 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
-COMPACT_NAME = "messages.log.compact"
+COMPACT_NAME = "messages.log.compact"  # rebuild_index's new log before it is renamed
+NEXT_SNAPSHOT_NAME = SNAPSHOT_NAME + ".next"  # and its snapshot
+# Half-written files of an interrupted snapshot or rebuild_index, removed at open.
+LEFTOVER_NAMES = (COMPACT_NAME, NEXT_SNAPSHOT_NAME, NEXT_SNAPSHOT_NAME + ".tmp",
+                  SNAPSHOT_NAME + ".tmp")
 STATE_VERSION = 3  # of the snapshot's sections as this module writes them; others are re-derived
 FLAG_HAS_SUMMARY = 1  # doc flags
 FLAG_HAS_RELATIONS = 2
@@ -196,7 +200,7 @@ class MemoryStore:
         self.recovered_tail = False
         self.snapshot_valid = True
         self.last_error = ""
-        for leftover in (COMPACT_NAME, SNAPSHOT_NAME + ".tmp", LOG_NAME + ".tmp"):
+        for leftover in LEFTOVER_NAMES:
             try:
                 (self.directory / leftover).unlink()
             except FileNotFoundError:
@@ -630,13 +634,18 @@ class MemoryStore:
 
     # -- reading records -------------------------------------------------------------------
     def _record(self, doc: int) -> Record:
+        return self._read_doc(doc, codec.decode_message)
+
+    def _read_doc(self, doc: int, decode):
+        """Read a stored version's record, verify its checksum, and `decode(data, off, len)` its
+        payload; damage is CORRUPT_STORE with the byte offset."""
         off = int(self._doc_offset.data[doc])
         data = self._log.read(off, int(self._doc_len.data[doc]))
         try:
             rtype, _, poff, plen, _ = codec.read_record(data, 0)
             if rtype != codec.REC_MESSAGE:
                 raise codec.CorruptRecord(0, "record is not a message")
-            return codec.decode_message(data, poff, plen)
+            return decode(data, poff, plen)
         except codec.CorruptRecord as exc:
             raise ConvMemError(
                 CORRUPT_STORE, f"log record at byte offset {off + exc.offset} is damaged: {exc.reason}"
@@ -890,10 +899,14 @@ class MemoryStore:
 
     def _content_range(self, ulid: bytes, off: int, limit: int, expected: int | None) -> dict[str, Any]:
         _, doc = self._live_doc(ulid)
-        rec = self._record(doc)
-        if expected is not None and expected != rec[3]:
+
+        def content_bytes(data: bytes, poff: int, plen: int) -> tuple[int, bytes]:
+            start, length = codec.message_content_span(data, poff, plen)
+            return _REVISION.unpack_from(data, poff + 32)[0], data[start:start + length]
+
+        revision, data = self._read_doc(doc, content_bytes)
+        if expected is not None and expected != revision:
             raise ConvMemError(CONFLICT, "expected_revision does not match the current revision")
-        data = rec[9].encode("utf-8")
         total = len(data)
         if off > total:
             raise v.fail("content_offset is past the end of the content")
@@ -909,7 +922,7 @@ class MemoryStore:
         return {
             "content_range": {
                 "message_id": v.ulid_str(ulid),
-                "revision": rec[3],
+                "revision": revision,
                 "total_bytes": total,
                 "content_offset": off,
                 "next_content_offset": end,
@@ -978,9 +991,8 @@ class MemoryStore:
                 if direction == "outgoing":
                     edges = [(t, u) for t, u in src[13]]
                 else:
-                    edges = sorted(((t, self._ulid_of(s)) for t, s in
-                                    self._relations.incoming_of(src[0])),
-                                   key=lambda e: self._ids[e[1]])
+                    incoming = sorted(self._relations.incoming_of(src[0]), key=lambda e: e[1])
+                    edges = [(t, self._ulid_of(slot)) for t, slot in incoming]
                 for rtype, other in edges:
                     if not (types >> rtype) & 1 or other == me:
                         continue
@@ -1070,6 +1082,7 @@ class MemoryStore:
         n_live = len(live_slots)
         base = self._last_seq - n_live
         compact_path = self.directory / COMPACT_NAME
+        snap_tmp = self.directory / NEXT_SNAPSHOT_NAME
         io = self._io
         new_ix, old_to_new = self._index.compacted()
         fd = -1
@@ -1114,13 +1127,12 @@ class MemoryStore:
             meta.update(log_id=log_id.hex(), covered_end=pos, last_seq=self._last_seq,
                         last_record_offset=last_off, update_records=updated, deleted_messages=0,
                         live_bytes=int(doc_len.sum()))
-            # The snapshot is written to its .tmp name first; the two renames come after.
-            snap_tmp = self.directory / (SNAPSHOT_NAME + ".next")
+            # The new snapshot waits under its own name; the two renames come after.
             write_snapshot(snap_tmp, meta, arrays, io)
         except OSError as exc:
             if fd >= 0:
                 os.close(fd)
-            for p in (compact_path, self.directory / (SNAPSHOT_NAME + ".next")):
+            for p in (compact_path, snap_tmp):
                 try:
                     p.unlink()
                 except FileNotFoundError:

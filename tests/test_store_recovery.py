@@ -302,3 +302,14 @@ def test_snapshot_of_another_index_format_is_rebuilt_quietly(tmp_path, monkeypat
         assert h["status"] == "OK" and h["last_error"] == ""
         assert live_contents(s) == [f"message number {i}" for i in range(3)]
         assert h["io"]["replace_calls"] == 1  # and a new snapshot is written
+
+
+def test_leftovers_of_an_interrupted_rebuild_are_removed_at_open(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+    leftovers = ["messages.log.compact", "snapshot.bin.next", "snapshot.bin.next.tmp",
+                 "snapshot.bin.tmp"]
+    for name in leftovers:
+        (tmp_path / name).write_bytes(b"half-written")
+    with MemoryStore.open(tmp_path) as s:
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    assert not any((tmp_path / name).exists() for name in leftovers)
