@@ -13,6 +13,7 @@ cdef enum:
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
     IX_PRUNE_MIN = 20000    # below this many postings a query is scored exhaustively
+    IX_WINDOW = 4096        # largest scoring window (doc ids); the buffer never spans more
 
 
 # A growable array owned through PyMem_*, or borrowed from a numpy array (copy-on-write): `owned`
@@ -35,10 +36,13 @@ cdef struct FieldPostings:
     int64_t n_bytes
     # Block maxima, computed when the segment is made (not stored): for the lists of more than
     # one block, bm_terms (ascending) holds their term index, bm_off the start of their blocks in
-    # bm; per block, bm = max tf | min(field length, 2^24 - 1) << 8.
+    # bm; per block, bm = the max over its postings of tf / ((1 - b) + bm_cb * len), rounded
+    # up to float32, with bm_cb = b / avgdl of the index when the segment was made. With the
+    # statistics of a later query, x = w * tf / ((1 - b) + cb * len) <= w * bm * max(1, bm_cb / cb).
     const uint32_t* bm_terms
     const uint32_t* bm_off
-    const uint32_t* bm
+    const float* bm
+    double bm_cb
     int64_t n_bm
 
 
@@ -57,7 +61,8 @@ cdef struct PList:
     const uint8_t* skip
     const uint8_t* payload
     const uint8_t* end      # end of the field's data: the fast decoder reads 8 bytes at a time
-    const uint32_t* bm      # per block max tf and min length (FieldPostings), NULL: not known
+    const float* bm         # per block bound of tf / norm (FieldPostings), NULL: not known
+    double bmf              # the factor that makes bm a bound of x_f now: w * max(1, bm_cb / cb)
     int64_t n
     int64_t nb
     uint32_t first
@@ -98,6 +103,8 @@ cdef struct Query:
     double w[3]
     double b[3]
     double avgdl[3]
+    double c0[3]            # 1 - b and b / avgdl, for the approximate scores of the pruning
+    double cb[3]
     int64_t n_live
     # doc columns
     const uint8_t* meta
@@ -124,15 +131,9 @@ cdef struct Query:
     uint32_t buf_lo
     const SegView* views
     int64_t n_views
+    int64_t n_docs
     # scratch
-    uint32_t* tfacc         # per doc: the group's tf per field in bytes 0, 1, 2 (0 = untouched)
-    uint32_t* mark          # == epoch: the doc was touched by this query (and is a candidate)
-    uint32_t* gmark         # df counting of multi-key groups
-    double* acc             # 3 per doc: breakdown (exhaustive), acc[3d] = partial score (pruned)
-    uint32_t* gt            # docs touched by the current group
-    uint32_t* qt            # docs touched by the query (the candidates)
-    uint32_t epoch
-    uint32_t gepoch
+    uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups)
 
 
 cdef class _Segment:
@@ -166,13 +167,14 @@ cdef class SearchIndex:
     cdef int64_t _buf_dead
     # per-add scratch and per-query scratch
     cdef GArr _a_keys, _a_tids
-    cdef GArr _s_tfacc, _s_mark, _s_gmark, _s_acc, _s_gt, _s_qt
-    cdef GArr _q_groups, _q_terms, _q_lists, _q_order, _q_rest, _q_heap, _q_fdoc, _q_fbd
-    cdef uint32_t _epoch
-    cdef uint32_t _gepoch
+    cdef GArr _s_gbits
+    cdef GArr _w_tf, _w_acc, _w_bd, _w_gl, _w_bits
+    cdef GArr _q_groups, _q_terms, _q_lists, _q_order, _q_heap, _q_ls, _q_goff, _q_wub, _q_gx
+    cdef GArr _q_gnl, _q_gw
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
     cdef object _lock       # RLock held by every public method that touches the index
     cdef readonly int64_t prune_min     # queries touching fewer postings are scored exhaustively
+    cdef readonly int64_t window        # doc ids per scoring window (a multiple of 64)
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
 
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
@@ -181,10 +183,10 @@ cdef class SearchIndex:
     cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1
     cdef int64_t _doc_terms(self, int64_t doc) except -1
     cdef int _flush(self) except -1
+    cdef void _norm(self, double* c0, double* cb) noexcept
     cdef int _set_segments(self, list segs) except -1
     cdef int _maybe_merge(self) except -1
     cdef int _grow_scratch(self) except -1
     cdef int _prepare(self, Query* q) except -1
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1
-    cdef tuple _search_single(self, Query* q, const Group* groups, const PList* lists,
-                              const uint32_t* gterms, int64_t k)
+

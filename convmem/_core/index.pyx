@@ -29,7 +29,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.mem cimport (PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawRealloc,
                           PyMem_Realloc)
-from libc.math cimport log
+from libc.math cimport INFINITY, log, nextafterf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
@@ -657,15 +657,16 @@ cdef class _Segment:
 
 @cython.boundscheck(False)
 @cython.wraparound(False)
-cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, uint32_t* bterms,
-                      uint32_t* boff, uint32_t* bm, int64_t* n_blocks) noexcept nogil:
+cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, double c0, double cb,
+                      uint32_t* bterms, uint32_t* boff, float* bm, int64_t* n_blocks) noexcept nogil:
     """The block maxima of one field's lists of more than one block (see FieldPostings); with
     bm NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
     cdef int64_t li, j, i, c, nl = 0, nbk = 0
     cdef PList L
     cdef uint32_t bd[IX_BLOCK]
     cdef uint8_t bt[IX_BLOCK]
-    cdef uint32_t mt, ml, ln
+    cdef double mx, v
+    cdef float r
     for li in range(fp.n_terms):
         _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
         if L.nb < 2:
@@ -675,24 +676,26 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, uint
             boff[nl] = <uint32_t>nbk
             for j in range(L.nb):
                 c = _block(&L, j, bd, bt)
-                mt = 0
-                ml = 0xFFFFFF
+                mx = 0.0
                 for i in range(c):
-                    if bt[i] > mt:
-                        mt = bt[i]
-                    ln = lens[3 * <int64_t>bd[i] + f]
-                    if ln < ml:
-                        ml = ln
-                bm[nbk + j] = mt | (ml << 8)
+                    v = <double>bt[i] / (c0 + cb * <double>lens[3 * <int64_t>bd[i] + f])
+                    if v > mx:
+                        mx = v
+                r = <float>mx
+                if <double>r < mx:                    # round up: it is a bound
+                    r = nextafterf(r, INFINITY)
+                bm[nbk + j] = r
         nl += 1
         nbk += L.nb
     n_blocks[0] = nbk
     return nl
 
 
-cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens):
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens,
+                       const double* c0, const double* cb):
     """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `lens` (the doc field
-    lengths, 3 a doc, for every doc of the segment) gives the block maxima."""
+    lengths, 3 a doc, for every doc of the segment) gives the block maxima, taken with the
+    length normalisation 1 / (c0 + cb * len) of the index statistics now (see FieldPostings)."""
     cdef _Segment s = _Segment.__new__(_Segment)
     cdef cnp.ndarray terms, offsets, data, bterms, boff, bm
     cdef int64_t nl, nbk = 0
@@ -711,16 +714,17 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint
         s.v.f[f].n_terms = terms.shape[0]
         s.v.f[f].n_bytes = data.shape[0]
         with nogil:
-            nl = _bm_fill(&s.v.f[f], lens, f, NULL, NULL, NULL, &nbk)
+            nl = _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], NULL, NULL, NULL, &nbk)
         bterms = np.empty(nl, dtype=np.uint32)
         boff = np.empty(nl, dtype=np.uint32)
-        bm = np.empty(nbk, dtype=np.uint32)
+        bm = np.empty(nbk, dtype=np.float32)
         with nogil:
-            _bm_fill(&s.v.f[f], lens, f, <uint32_t*>cnp.PyArray_DATA(bterms),
-                     <uint32_t*>cnp.PyArray_DATA(boff), <uint32_t*>cnp.PyArray_DATA(bm), &nbk)
+            _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], <uint32_t*>cnp.PyArray_DATA(bterms),
+                     <uint32_t*>cnp.PyArray_DATA(boff), <float*>cnp.PyArray_DATA(bm), &nbk)
         s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
         s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
-        s.v.f[f].bm = <const uint32_t*>cnp.PyArray_DATA(bm)
+        s.v.f[f].bm = <const float*>cnp.PyArray_DATA(bm)
+        s.v.f[f].bm_cb = cb[f]
         s.v.f[f].n_bm = nl
         s.bm_arrays += [bterms, boff, bm]
     return s
@@ -901,7 +905,8 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
 
 
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
-                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi):
+                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
+                     const double* cb):
     """One segment with the live postings of `segs` (ascending doc ranges)."""
     cdef int64_t k = len(segs), s
     cdef int f, rc = 0
@@ -932,7 +937,7 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         rb_free(&ttfs)
         PyMem_Free(views)
         PyMem_Free(cur)
-    return _segment(doc_lo, doc_hi, arrays, lens)
+    return _segment(doc_lo, doc_hi, arrays, lens, c0, cb)
 
 
 # ---- scoring kernels (nogil) -------------------------------------------------------------------
@@ -1008,114 +1013,6 @@ cdef inline double _group_total(const Query* q, uint32_t d, uint32_t w, double i
     p[2] = 0.0
     _add_parts(q, d, w, idf, p)
     return (p[0] + p[1]) + p[2]
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _pass1(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
-                    bint skip_content=False) noexcept nogil:
-    """Sum the group's tfs per doc and field into q.tfacc for docs that pass the filters
-    (without the content lists of the segments if skip_content).
-
-    Returns the number of docs touched, listed in q.gt.
-    """
-    cdef int64_t li, i, ki, j, c, ng = 0
-    cdef const PList* L
-    cdef uint32_t d, w
-    cdef int f
-    cdef int32_t e
-    cdef uint32_t bd[IX_BLOCK]
-    cdef uint8_t bt[IX_BLOCK]
-    for li in range(g.list_lo, g.list_hi):
-        L = &lists[li]
-        f = L.field
-        if skip_content and f == 0:
-            continue
-        for j in range(L.nb):
-            c = _block(L, j, bd, bt)
-            for i in range(c):
-                d = bd[i]
-                if not q.okmeta[q.meta[d]]:
-                    continue
-                if q.extra and not _extra_ok(q, d):
-                    continue
-                w = q.tfacc[d]
-                if w == 0:
-                    q.gt[ng] = d
-                    ng += 1
-                q.tfacc[d] = _tf_add(w, f, bt[i])
-    if q.head != NULL:
-        for ki in range(g.key_lo, g.key_hi):
-            e = q.head[gterms[ki]]
-            while e >= 0:
-                d = q.b_doc[e]
-                if _doc_ok(q, d):
-                    w = q.tfacc[d]
-                    if w == 0:
-                        q.gt[ng] = d
-                        ng += 1
-                    q.tfacc[d] = _tf_add(w, q.b_field[e], q.b_tf[e])
-                e = q.b_next[e]
-    return ng
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
-    """Live docs holding any key of the group in any field (for groups of several keys)."""
-    cdef int64_t li, i, ki, j, c, df = 0
-    cdef const PList* L
-    cdef uint32_t d
-    cdef int32_t e
-    cdef uint32_t bd[IX_BLOCK]
-    for li in range(g.list_lo, g.list_hi):
-        L = &lists[li]
-        for j in range(L.nb):
-            c = _block(L, j, bd, NULL)
-            for i in range(c):
-                d = bd[i]
-                if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
-                    q.gmark[d] = q.gepoch
-                    df += 1
-    if q.head != NULL:
-        for ki in range(g.key_lo, g.key_hi):
-            e = q.head[gterms[ki]]
-            while e >= 0:
-                d = q.b_doc[e]
-                if (q.meta[d] & IX_LIVE) and q.gmark[d] != q.gepoch:
-                    q.gmark[d] = q.gepoch
-                    df += 1
-                e = q.b_next[e]
-    return df
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _exhaustive(Query* q, const Group* groups, int64_t n_groups, const PList* lists,
-                         const uint32_t* gterms) noexcept nogil:
-    """Term-at-a-time over the groups in ascending key order; q.acc gets the breakdowns.
-
-    Returns the number of docs touched (listed in q.qt).
-    """
-    cdef int64_t gi, j, ng, nq = 0
-    cdef uint32_t d, w
-    cdef double* a
-    for gi in range(n_groups):
-        ng = _pass1(q, &groups[gi], lists, gterms)
-        for j in range(ng):
-            d = q.gt[j]
-            w = q.tfacc[d]
-            q.tfacc[d] = 0
-            a = q.acc + 3 * <int64_t>d
-            if q.mark[d] != q.epoch:
-                q.mark[d] = q.epoch
-                q.qt[nq] = d
-                nq += 1
-                a[0] = 0.0
-                a[1] = 0.0
-                a[2] = 0.0
-            _add_parts(q, d, w, groups[gi].idf, a)
-    return nq
 
 
 # -- top-k
@@ -1196,219 +1093,6 @@ cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
         _sift_down(q, h, n, 0)
 
 
-# -- one query term
-
-@cython.cdivision(True)
-cdef inline void _content_cut(const Query* q, double theta, double idf, double* cut) noexcept nogil:
-    """Coefficients of a division-free test that a content-only doc cannot reach theta.
-
-    Such a doc scores idf * x / (k1 + x) with x = w_c * tf / ((1 - b_c) + b_c * len / avgdl_c);
-    it is below theta when x < k1 * r / (1 - r), r = theta / idf, that is when
-    cut[0] * tf < cut[1] + cut[2] * len. Every side carries a 1e-9 margin towards keeping the doc.
-    """
-    cdef double r = theta * (1.0 - EPS) / idf, xth
-    if r >= 1.0:
-        r = 1.0 - 1e-12                               # nothing reaches idf: all fail but stay exact
-    xth = q.k1 * r / (1.0 - r) * (1.0 - EPS)
-    cut[0] = q.w[0] * q.avgdl[0] * (1.0 + EPS)
-    cut[1] = xth * (1.0 - q.b[0]) * q.avgdl[0]
-    cut[2] = xth * q.b[0]
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _single(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
-                     int64_t k, HeapItem* heap) noexcept nogil:
-    """Top k for a query of one term (one key): no accumulators.
-
-    The postings of the other fields and of the buffer go to q.tfacc first; the content lists
-    then stream straight into the heap (docs that also occur elsewhere are finished from q.tfacc),
-    skipping the docs that the division-free test of _content_cut rules out, and whole blocks
-    whose max tf and min length (PList.bm) fail it. Heap items keep the
-    packed tfs in `i` so that the breakdown is recomputed exactly at the end.
-    """
-    cdef int64_t ng, li, i, j, b, c, gi, nh = 0
-    cdef const PList* L
-    cdef uint32_t d, w, tf, last
-    cdef double cut[3]
-    cdef double s
-    cdef double p[3]
-    cdef const uint32_t* lens = q.lens
-    cdef uint32_t bd[IX_BLOCK]
-    cdef uint8_t bt[IX_BLOCK]
-    cdef Cursor cur
-    memset(&cur, 0, sizeof(Cursor))
-    cut[0] = 0.0
-    cut[1] = -1.0
-    cut[2] = 0.0
-    ng = _pass1(q, g, lists, gterms, True)
-    # Ascending, so that a skipped block can still give its content tf to the docs of q.gt
-    radix_sort_u32(q.gt, q.qt, ng)
-    for li in range(g.list_lo, g.list_hi):
-        L = &lists[li]
-        if L.field != 0:
-            continue
-        gi = lower_bound_u32(q.gt, 0, ng, L.first)
-        for b in range(L.nb):
-            if L.bm != NULL:
-                last = _block_last(L, b)
-                # Block max: the block's max tf at its min length fails the cut, so every
-                # content-only doc of the block does; the docs of q.gt get their tf by probing.
-                if cut[0] * <double>(L.bm[b] & 0xFF) < cut[1] + cut[2] * <double>(L.bm[b] >> 8):
-                    cur.blk = -1
-                    while gi < ng and q.gt[gi] <= last:
-                        d = q.gt[gi]
-                        if cur.blk != b:
-                            _cur_open(L, &cur, b)
-                        tf = _seek(&cur, d)
-                        if tf:
-                            q.tfacc[d] = _tf_add(q.tfacc[d], 0, tf)
-                        gi += 1
-                    continue
-                while gi < ng and q.gt[gi] <= last:
-                    gi += 1
-            c = _block(L, b, bd, bt)
-            for i in range(c):
-                d = bd[i]
-                if not q.okmeta[q.meta[d]]:
-                    continue
-                if q.extra and not _extra_ok(q, d):
-                    continue
-                w = q.tfacc[d]
-                if w != 0:                            # also in another field: finished below
-                    q.tfacc[d] = _tf_add(w, 0, bt[i])
-                    continue
-                tf = bt[i]
-                if cut[0] * <double>tf < cut[1] + cut[2] * <double>lens[3 * <int64_t>d]:
-                    continue
-                p[0] = 0.0
-                p[1] = 0.0
-                p[2] = 0.0
-                _add_parts(q, d, tf, g.idf, p)
-                s = (p[0] + p[1]) + p[2]
-                nh = _heap_offer(q, heap, nh, k, s, d, tf)
-                if nh == k:
-                    _content_cut(q, heap[0].s, g.idf, cut)
-    for j in range(ng):
-        d = q.gt[j]
-        w = q.tfacc[d]
-        q.tfacc[d] = 0
-        p[0] = 0.0
-        p[1] = 0.0
-        p[2] = 0.0
-        _add_parts(q, d, w, g.idf, p)
-        nh = _heap_offer(q, heap, nh, k, (p[0] + p[1]) + p[2], d, w)
-    return nh
-
-
-# -- pruning
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef inline int64_t _kth_offer(double* h, int64_t n, int64_t k, double v) noexcept nogil:
-    """Min-heap of the k largest values seen."""
-    cdef int64_t c, p, m
-    cdef double tmp
-    if n < k:
-        c = n
-        h[c] = v
-        while c > 0:
-            p = (c - 1) >> 1
-            if h[p] <= h[c]:
-                break
-            tmp = h[p]
-            h[p] = h[c]
-            h[c] = tmp
-            c = p
-        return n + 1
-    if v > h[0]:
-        h[0] = v
-        c = 0
-        while True:
-            m = 2 * c + 1
-            if m >= n:
-                break
-            if m + 1 < n and h[m + 1] < h[m]:
-                m += 1
-            if h[c] <= h[m]:
-                break
-            tmp = h[c]
-            h[c] = h[m]
-            h[m] = tmp
-            c = m
-    return n
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef double _kth_of_candidates(const Query* q, int64_t nq, int64_t k, double* h) noexcept nogil:
-    """The k-th largest partial score among the candidates (-1 when fewer than k)."""
-    cdef int64_t j, n = 0
-    if nq < k:
-        return -1.0
-    for j in range(nq):
-        n = _kth_offer(h, n, k, q.acc[3 * <int64_t>q.qt[j]])
-    return h[0]
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _prune(Query* q, int64_t nq, double rest, double theta) noexcept nogil:
-    """Keep the candidates whose bound reaches theta (order kept); unmark the others."""
-    cdef int64_t j, m = 0
-    cdef uint32_t d
-    cdef double lb = theta * (1.0 - EPS)
-    for j in range(nq):
-        d = q.qt[j]
-        if (q.acc[3 * <int64_t>d] + rest) * (1.0 + EPS) >= lb:
-            q.qt[m] = d
-            m += 1
-        else:
-            q.mark[d] = 0
-    return m
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _probe(Query* q, const Group* g, const PList* lists, const uint32_t* gterms,
-                 int64_t nq) noexcept nogil:
-    """Sum the group's tfs into q.tfacc for the candidates only (q.qt sorted ascending)."""
-    cdef int64_t li, j, ki, blk
-    cdef const PList* L
-    cdef const SegView* sv
-    cdef uint32_t d, tf
-    cdef int32_t e
-    cdef Cursor cur
-    memset(&cur, 0, sizeof(Cursor))
-    for li in range(g.list_lo, g.list_hi):
-        L = &lists[li]
-        sv = &q.views[L.seg]
-        j = lower_bound_u32(q.qt, 0, nq, L.first)
-        blk = 0
-        cur.blk = -1
-        while j < nq:
-            d = q.qt[j]
-            if d >= sv.doc_hi:
-                break
-            blk = _find_block(L, blk, d)
-            if blk >= L.nb:
-                break
-            if blk != cur.blk:
-                _cur_open(L, &cur, blk)
-            tf = _seek(&cur, d)
-            if tf:
-                q.tfacc[d] = _tf_add(q.tfacc[d], L.field, tf)
-            j += 1
-    if q.head != NULL:
-        for ki in range(g.key_lo, g.key_hi):
-            e = q.head[gterms[ki]]
-            while e >= 0:
-                d = q.b_doc[e]
-                if q.mark[d] == q.epoch:
-                    q.tfacc[d] = _tf_add(q.tfacc[d], q.b_field[e], q.b_tf[e])
-                e = q.b_next[e]
-
-
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_groups,
@@ -1457,92 +1141,505 @@ cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_grou
             _add_parts(q, d, w, groups[gi].idf, out)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _order_by_idf(const Group* groups, int64_t n, int64_t* order, double* rest) noexcept nogil:
-    """order: groups by idf descending (index ascending on ties); rest[i]: sum of idf after i."""
-    cdef int64_t i, j, t
-    for i in range(n):
-        order[i] = i
-    for i in range(1, n):                             # insertion sort: queries have few groups
-        t = order[i]
-        j = i - 1
-        while j >= 0 and groups[order[j]].idf < groups[t].idf:
-            order[j + 1] = order[j]
-            j -= 1
-        order[j + 1] = t
-    rest[n - 1] = 0.0
-    for i in range(n - 2, -1, -1):
-        rest[i] = rest[i + 1] + groups[order[i + 1]].idf
+# -- top k, document at a time in windows (docs/SCORING.md "Top k")
+#
+# A query is scored segment by segment, each segment in windows of at most `window` doc ids,
+# with fixed-size scratch (nothing per query grows with the corpus). In a window every group gets
+# an upper bound from the block maxima of its lists there. Once the heap holds k docs, the groups
+# whose bounds together stay below the k-th score are "non-essential": the other groups are
+# accumulated term-at-a-time inside the window, and each doc they touch is finished by probing
+# the non-essential groups (highest bound first) only while it can still reach the k-th score.
+# A window whose bounds sum below the k-th score is skipped without decoding anything. Every doc
+# that can enter the heap gets its exact breakdown, groups in ascending key order.
+
+cdef extern from *:
+    int __builtin_ctzll(unsigned long long) nogil
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef int64_t _pruned(Query* q, const Group* groups, int64_t n_groups, const PList* lists,
-                     const uint32_t* gterms, int64_t k, int64_t* order, double* rest,
-                     double* kth) noexcept nogil:
-    """MaxScore over groups, term-at-a-time: see docs/SCORING.md. Returns the candidates (q.qt)
-    that may be in the top k; q.acc[3d] holds their approximate scores."""
-    cdef int64_t i = 0, j, ng, nq = 0, nk
-    cdef const Group* g
-    cdef uint32_t d, w
-    cdef double theta = -1.0, p, r
-    cdef bint switched = False
-    _order_by_idf(groups, n_groups, order, rest)
-    while i < n_groups:
-        g = &groups[order[i]]
-        ng = _pass1(q, g, lists, gterms)
-        nk = 0
-        for j in range(ng):
-            d = q.gt[j]
-            w = q.tfacc[d]
-            q.tfacc[d] = 0
-            if q.mark[d] != q.epoch:
-                q.mark[d] = q.epoch
-                q.qt[nq] = d
-                nq += 1
-                q.acc[3 * <int64_t>d] = 0.0
-            p = q.acc[3 * <int64_t>d] + _group_total(q, d, w, g.idf)
-            q.acc[3 * <int64_t>d] = p
-            # The k-th best of the docs updated here bounds the k-th best of all from below.
-            nk = _kth_offer(kth, nk, k, p)
-        if nk == k and kth[0] > theta:
-            theta = kth[0]
-        i += 1
-        if i < n_groups and theta >= 0.0 and rest[i - 1] * (1.0 + EPS) < theta * (1.0 - EPS):
-            switched = True
+cdef uint32_t NOT_PROBED = 0xFFFFFFFF
+
+
+# One posting list of the current segment during a query: a term-at-a-time position (with the
+# decoded block), a block position for the window bounds and a probe cursor.
+cdef struct LState:
+    const PList* L
+    int64_t tblk            # term-at-a-time: the first block not finished
+    int64_t cblk            # the block decoded in bd/bt (-1: none)
+    int64_t cpos            # the next posting of the decoded block
+    int64_t ccnt
+    int64_t bblk            # bounds: the first block whose last doc is >= the window start
+    int64_t pblk            # probes: the same for the doc probed
+    uint32_t last1          # one-block lists (no skip table): the last doc, and the max of x_f
+    double xm1              # over the block (a bound like bmf * bm)
+    Cursor pc
+    uint32_t bd[IX_BLOCK]
+    uint8_t bt[IX_BLOCK]
+
+
+cdef struct Eng:
+    Query* q
+    const Group* groups
+    int64_t G
+    const uint32_t* gterms
+    LState* ls              # the lists of the current segment, by group: ls[goff[g]:goff[g+1]]
+    int64_t* goff
+    double* wub             # per group: its bound in the current window
+    double* gx              # per group and field: the bound of x_f in the window
+    int32_t* gnl            # per group and field: lists that may hold docs of the window
+    int64_t* order          # groups by bound ascending
+    uint32_t* gw            # per group: the packed tfs of the doc being finished
+    uint32_t* wtf           # per window doc: packed tfs of the group being accumulated
+    double* wacc            # per window doc: partial score
+    double* wbd             # per window doc: breakdown (full windows)
+    uint32_t* gl            # window docs touched by the group being accumulated
+    uint64_t* wbits         # window docs touched by the query
+    HeapItem* heap
+    int64_t nh
+    int64_t k
+    double theta            # the k-th best score once the heap is full, else -1
+
+
+@cython.cdivision(True)
+cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
+    cdef int64_t i
+    cdef double mx = 0.0, v
+    cdef int f = L.field
+    s.L = L
+    s.tblk = 0
+    s.cblk = -1
+    s.cpos = 0
+    s.ccnt = 0
+    s.bblk = 0
+    s.pblk = 0
+    s.pc.blk = -1
+    s.last1 = 0
+    s.xm1 = 0.0
+    if L.skip == NULL and L.n > 0:                   # one block: decode it once, bound it exactly
+        s.ccnt = _block(L, 0, s.bd, s.bt)
+        s.cblk = 0
+        s.last1 = s.bd[s.ccnt - 1]
+        for i in range(s.ccnt):
+            v = q.w[f] * <double>s.bt[i] / (q.c0[f] + q.cb[f] * <double>q.lens[3 * <int64_t>s.bd[i] + f])
+            if v > mx:
+                mx = v
+        s.xm1 = mx
+
+
+@cython.cdivision(True)
+cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
+    if big_x == 0.0:
+        return 0.0
+    return idf * big_x / (q.k1 + big_x)
+
+
+cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept nogil:
+    """A bound of x_f over the docs of block j of the list."""
+    cdef const PList* L = s.L
+    if L.skip == NULL:
+        return s.xm1
+    if L.bm == NULL:
+        return q.w[L.field] * IX_TF_CAP / q.c0[L.field] if q.c0[L.field] > 0.0 else INFINITY
+    return L.bmf * <double>L.bm[j]
+
+
+cdef bint _ls_bound(const Query* q, LState* s, uint32_t wlo, uint32_t whi,
+                    double* xmax) noexcept nogil:
+    """Whether the list may hold docs in [wlo, whi); if so, a bound of x_f there."""
+    cdef const PList* L = s.L
+    cdef int64_t j
+    cdef double mx = 0.0, v
+    if L.n == 0 or L.first >= whi:
+        return False
+    if L.skip == NULL:
+        if s.last1 < wlo:
+            return False
+        xmax[0] = s.xm1
+        return True
+    j = _find_block(L, s.bblk, wlo)
+    s.bblk = j
+    if j >= L.nb or (j > 0 and _block_last(L, j - 1) >= whi - 1):
+        return False
+    while j < L.nb:
+        v = _block_x(q, s, j)
+        if v > mx:
+            mx = v
+        if _block_last(L, j) >= whi - 1:
             break
-    if switched:
-        nq = _prune(q, nq, rest[i - 1], theta)
-        radix_sort_u32(q.qt, q.gt, nq)
-        while i < n_groups:
-            g = &groups[order[i]]
-            r = rest[i]
-            if nq * 4 < g.n_postings:
-                _probe(q, g, lists, gterms, nq)
-                for j in range(nq):
-                    d = q.qt[j]
-                    w = q.tfacc[d]
-                    if w:
-                        q.tfacc[d] = 0
-                        q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
-            else:                                     # many candidates: decoding beats probing
-                ng = _pass1(q, g, lists, gterms)
-                for j in range(ng):
-                    d = q.gt[j]
-                    w = q.tfacc[d]
-                    q.tfacc[d] = 0
-                    if q.mark[d] == q.epoch:
-                        q.acc[3 * <int64_t>d] += _group_total(q, d, w, g.idf)
+        j += 1
+    xmax[0] = mx
+    return True
+
+
+cdef double _group_bound(Eng* e, int64_t g, uint32_t wlo, uint32_t whi) noexcept nogil:
+    """The group's bound in the window (0.0: none of its lists holds a doc there). The x_f of a
+    group is the sum of its keys' x_f at the same length, so the keys' bounds add up."""
+    cdef const Query* q = e.q
+    cdef int64_t i
+    cdef int f
+    cdef double xm = 0.0
+    cdef double* gx = e.gx + 3 * g
+    cdef int32_t* nl = e.gnl + 3 * g
+    for f in range(3):
+        gx[f] = 0.0
+        nl[f] = 0
+    for i in range(e.goff[g], e.goff[g + 1]):
+        if _ls_bound(q, &e.ls[i], wlo, whi, &xm):
+            f = e.ls[i].L.field
+            gx[f] += xm
+            nl[f] += 1
+    return _ub(q, e.groups[g].idf, (gx[0] + gx[1]) + gx[2])
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng, int64_t g,
+                      double others, double lb) noexcept nogil:
+    """Add the list's tfs of the window docs that pass the filters to e.wtf (new docs to e.gl).
+
+    With lb >= 0 (pruning), a block is skipped when no doc of it can reach lb: the block's own
+    bound for this list, the group's bounds in the other fields and `others` (the bounds of the
+    other groups) stay below it. Valid only when this is the group's one list in its field.
+    """
+    cdef const PList* L = s.L
+    cdef const Query* q = e.q
+    cdef int64_t j, i, cnt
+    cdef uint32_t d, x, w
+    cdef int f = L.field
+    cdef double xo = 0.0, bx
+    if L.n == 0 or L.first >= whi:
+        return ng
+    if lb >= 0.0:
+        xo = 0.0
+        if f != 0:
+            xo += e.gx[3 * g]
+        if f != 1:
+            xo += e.gx[3 * g + 1]
+        if f != 2:
+            xo += e.gx[3 * g + 2]
+    j = _find_block(L, s.tblk, wlo)
+    while j < L.nb:
+        if lb >= 0.0:
+            bx = _block_x(q, s, j) + xo
+            if (_ub(q, e.groups[g].idf, bx) + others) * (1.0 + EPS) < lb:
+                if (_block_last(L, j) if L.skip != NULL else s.last1) >= whi:
+                    s.tblk = j                        # the block goes on past the window
+                    return ng
+                j += 1
+                continue
+        if s.cblk != j:
+            s.ccnt = _block(L, j, s.bd, s.bt)
+            s.cblk = j
+            s.cpos = 0
+        i = s.cpos
+        cnt = s.ccnt
+        while i < cnt and s.bd[i] < wlo:
             i += 1
-            p = _kth_of_candidates(q, nq, k, kth)
-            if p > theta:
-                theta = p
-            nq = _prune(q, nq, r, theta)
-    if nq > k:                                        # keep the k best and what ties within EPS
-        theta = _kth_of_candidates(q, nq, k, kth)
-        nq = _prune(q, nq, 0.0, theta)
-    return nq
+        while i < cnt:
+            d = s.bd[i]
+            if d >= whi:
+                break
+            i += 1
+            if not q.okmeta[q.meta[d]]:
+                continue
+            if q.extra and not _extra_ok(q, d):
+                continue
+            x = d - wlo
+            w = e.wtf[x]
+            if w == 0:
+                e.gl[ng] = x
+                ng += 1
+            e.wtf[x] = _tf_add(w, f, s.bt[i - 1])
+        s.cpos = i
+        if i < cnt:
+            s.tblk = j
+            return ng
+        j += 1
+    s.tblk = j
+    return ng
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _chains_taat(Eng* e, int64_t g, uint32_t wlo, uint32_t whi, int64_t ng) noexcept nogil:
+    """The same as _ls_taat for the buffer's postings of the group's keys."""
+    cdef const Query* q = e.q
+    cdef int64_t ki
+    cdef int32_t c
+    cdef uint32_t d, x, w
+    for ki in range(e.groups[g].key_lo, e.groups[g].key_hi):
+        c = q.head[e.gterms[ki]]
+        while c >= 0:
+            d = q.b_doc[c]
+            if wlo <= d < whi and _doc_ok(q, d):
+                x = d - wlo
+                w = e.wtf[x]
+                if w == 0:
+                    e.gl[ng] = x
+                    ng += 1
+                e.wtf[x] = _tf_add(w, q.b_field[c], q.b_tf[c])
+            c = q.b_next[c]
+    return ng
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
+    """The group's packed tfs at doc d (probes move forward only: d never decreases)."""
+    cdef int64_t i, blk, lo, hi, mid
+    cdef uint32_t w = 0, tf
+    cdef LState* s
+    cdef const PList* L
+    for i in range(e.goff[g], e.goff[g + 1]):
+        s = &e.ls[i]
+        L = s.L
+        if L.n == 0 or d < L.first:
+            continue
+        if L.skip == NULL:
+            if d > s.last1:
+                continue
+            lo = 0
+            hi = s.ccnt
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if s.bd[mid] < d:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            tf = s.bt[lo] if lo < s.ccnt and s.bd[lo] == d else 0
+        else:
+            blk = _find_block(L, s.pblk, d)
+            s.pblk = blk
+            if blk >= L.nb:
+                continue
+            if s.pc.blk != blk:
+                _cur_open(L, &s.pc, blk)
+            tf = _seek(&s.pc, d)
+        if tf:
+            w = _tf_add(w, L.field, tf)
+    return w
+
+
+@cython.cdivision(True)
+cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
+    """_group_total within a few ulps, with two divisions instead of five (for pruning only:
+    the bounds carry a 1e-9 margin)."""
+    cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
+    cdef double big_x = 0.0
+    cdef uint32_t tf
+    cdef int f
+    for f in range(3):
+        tf = (w >> (8 * f)) & 0xFF
+        if tf:
+            big_x += q.w[f] * <double>tf / (q.c0[f] + q.cb[f] * <double>ln[f])
+    return idf * big_x / (q.k1 + big_x)
+
+
+cdef inline void _offer(Eng* e, double s, uint32_t d) noexcept nogil:
+    e.nh = _heap_offer(e.q, e.heap, e.nh, e.k, s, d, 0)
+    if e.nh == e.k:
+        e.theta = e.heap[0].s
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept nogil:
+    """Every matching doc of the window, scored exactly (groups in ascending key order) and
+    offered to the heap."""
+    cdef const Query* q = e.q
+    cdef int64_t g, i, j, ng, wi
+    cdef uint32_t x, w
+    cdef uint64_t bits
+    cdef double* a
+    for g in range(e.G):
+        ng = 0
+        if buffer:
+            ng = _chains_taat(e, g, wlo, whi, ng)
+        else:
+            for i in range(e.goff[g], e.goff[g + 1]):
+                ng = _ls_taat(e, &e.ls[i], wlo, whi, ng, g, 0.0, -1.0)
+        for j in range(ng):
+            x = e.gl[j]
+            w = e.wtf[x]
+            e.wtf[x] = 0
+            a = e.wbd + 3 * <int64_t>x
+            if not (e.wbits[x >> 6] >> (x & 63)) & 1:
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+                a[0] = 0.0
+                a[1] = 0.0
+                a[2] = 0.0
+            _add_parts(q, wlo + x, w, e.groups[g].idf, a)
+    for wi in range((whi - wlo + 63) >> 6):
+        bits = e.wbits[wi]
+        e.wbits[wi] = 0
+        while bits:
+            x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
+            bits &= bits - 1
+            a = e.wbd + 3 * <int64_t>x
+            _offer(e, (a[0] + a[1]) + a[2], wlo + x)
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _sort_by_bound(Eng* e) noexcept nogil:
+    """e.order: groups by window bound ascending (index ascending on ties)."""
+    cdef int64_t i, j, t
+    for i in range(e.G):
+        t = i
+        j = i - 1
+        while j >= 0 and e.wub[e.order[j]] > e.wub[t]:
+            e.order[j + 1] = e.order[j]
+            j -= 1
+        e.order[j + 1] = t
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
+    """The window with the heap full: see the comment above LState."""
+    cdef const Query* q = e.q
+    cdef int64_t G = e.G, g, i, j, ng, wi, ne
+    cdef uint32_t x, w, d
+    cdef uint64_t bits
+    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r
+    cdef double a[3]
+    cdef bint alive
+    for g in range(G):
+        e.wub[g] = _group_bound(e, g, wlo, whi)
+        total += e.wub[g]
+    if total * (1.0 + EPS) < lb:
+        return
+    _sort_by_bound(e)
+    ne = 0
+    while ne < G and (cum + e.wub[e.order[ne]]) * (1.0 + EPS) < lb:
+        cum += e.wub[e.order[ne]]
+        ne += 1
+    for i in range(ne, G):
+        g = e.order[i]
+        ng = 0
+        for j in range(e.goff[g], e.goff[g + 1]):
+            ng = _ls_taat(e, &e.ls[j], wlo, whi, ng, g, total - e.wub[g],
+                          lb if e.gnl[3 * g + e.ls[j].L.field] == 1 else -1.0)
+        for j in range(ng):
+            x = e.gl[j]
+            w = e.wtf[x]
+            e.wtf[x] = 0
+            if not (e.wbits[x >> 6] >> (x & 63)) & 1:
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+                e.wacc[x] = 0.0
+            e.wacc[x] += _approx_total(q, wlo + x, w, e.groups[g].idf)
+    for wi in range((whi - wlo + 63) >> 6):
+        bits = e.wbits[wi]
+        e.wbits[wi] = 0
+        while bits:
+            x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
+            bits &= bits - 1
+            d = wlo + x
+            s = e.wacc[x]
+            r = cum
+            if (s + r) * (1.0 + EPS) < lb:
+                continue
+            for g in range(G):
+                e.gw[g] = NOT_PROBED
+            alive = True
+            i = ne - 1
+            while i >= 0:                             # non-essential groups, highest bound first
+                g = e.order[i]
+                if e.wub[g] == 0.0:
+                    break
+                w = _probe_group(e, g, d)
+                e.gw[g] = w
+                if w:
+                    s += _approx_total(q, d, w, e.groups[g].idf)
+                r -= e.wub[g]
+                if (s + r) * (1.0 + EPS) < lb:
+                    alive = False
+                    break
+                i -= 1
+            if not alive:
+                continue
+            a[0] = 0.0
+            a[1] = 0.0
+            a[2] = 0.0
+            for g in range(G):                        # exact, in ascending key order
+                w = e.gw[g]
+                if w == NOT_PROBED:
+                    w = _probe_group(e, g, d) if e.wub[g] != 0.0 else 0
+                if w:
+                    _add_parts(q, d, w, e.groups[g].idf, a)
+            s = (a[0] + a[1]) + a[2]
+            _offer(e, s, d)
+            lb = e.theta * (1.0 - EPS)
+
+
+cdef void _run(Eng* e, const PList* lists, int64_t n_lists, int64_t window,
+               bint prune) noexcept nogil:
+    """Every segment window by window, then the buffer; e.heap gets the top k."""
+    cdef Query* q = e.q
+    cdef int64_t sg, g, li, n
+    cdef uint32_t wlo, whi, hi
+    cdef const SegView* v
+    for sg in range(q.n_views):
+        v = &q.views[sg]
+        n = 0
+        for g in range(e.G):
+            e.goff[g] = n
+            for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
+                if lists[li].seg == sg:
+                    _ls_init(q, &e.ls[n], &lists[li])
+                    n += 1
+        e.goff[e.G] = n
+        if n == 0:
+            continue
+        wlo = v.doc_lo
+        while wlo < v.doc_hi:
+            whi = wlo + <uint32_t>window if v.doc_hi - wlo > <uint32_t>window else v.doc_hi
+            if prune and e.nh == e.k:
+                _win_pruned(e, wlo, whi)
+            else:
+                _win_full(e, wlo, whi, False)
+            wlo = whi
+    if q.head != NULL:
+        hi = q.n_docs
+        wlo = q.buf_lo
+        while wlo < hi:
+            whi = wlo + <uint32_t>window if hi - wlo > <uint32_t>window else hi
+            _win_full(e, wlo, whi, True)
+            wlo = whi
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
+    """Live docs holding any key of the group in any field (for groups of several keys); the
+    bitmap q.gbits is all zero before and after."""
+    cdef int64_t li, i, ki, j, c, df = 0
+    cdef const PList* L
+    cdef uint32_t d
+    cdef int32_t e
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint64_t bit
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        for j in range(L.nb):
+            c = _block(L, j, bd, NULL)
+            for i in range(c):
+                d = bd[i]
+                bit = (<uint64_t>1) << (d & 63)
+                if (q.meta[d] & IX_LIVE) and not (q.gbits[d >> 6] & bit):
+                    q.gbits[d >> 6] |= bit
+                    df += 1
+    if q.head != NULL:
+        for ki in range(g.key_lo, g.key_hi):
+            e = q.head[gterms[ki]]
+            while e >= 0:
+                d = q.b_doc[e]
+                bit = (<uint64_t>1) << (d & 63)
+                if (q.meta[d] & IX_LIVE) and not (q.gbits[d >> 6] & bit):
+                    q.gbits[d >> 6] |= bit
+                    df += 1
+                e = q.b_next[e]
+    memset(q.gbits, 0, <size_t>(8 * ((q.n_docs + 63) >> 6)))
+    return df
 
 
 # ---- the index ---------------------------------------------------------------------------------
@@ -1595,27 +1692,29 @@ cdef class SearchIndex:
         garr_init(&self._b_tid, 4)
         garr_init(&self._a_keys, 8)
         garr_init(&self._a_tids, 4)
-        garr_init(&self._s_tfacc, 4)
-        garr_init(&self._s_mark, 4)
-        garr_init(&self._s_gmark, 4)
-        garr_init(&self._s_acc, 24)
-        garr_init(&self._s_gt, 4)
-        garr_init(&self._s_qt, 4)
+        garr_init(&self._s_gbits, 8)
+        garr_init(&self._w_tf, 4)
+        garr_init(&self._w_acc, 8)
+        garr_init(&self._w_bd, 24)
+        garr_init(&self._w_gl, 4)
+        garr_init(&self._w_bits, 8)
         garr_init(&self._q_groups, sizeof(Group))
         garr_init(&self._q_terms, 4)
         garr_init(&self._q_lists, sizeof(PList))
         garr_init(&self._q_order, 8)
-        garr_init(&self._q_rest, 8)
         garr_init(&self._q_heap, sizeof(HeapItem))
-        garr_init(&self._q_fbd, 24)
-        garr_init(&self._q_fdoc, 8)
+        garr_init(&self._q_ls, sizeof(LState))
+        garr_init(&self._q_goff, 8)
+        garr_init(&self._q_wub, 8)
+        garr_init(&self._q_gx, 24)
+        garr_init(&self._q_gnl, 12)
+        garr_init(&self._q_gw, 4)
         self._segs = []
         self._keep = []
         self._views = NULL
         self._n_views = 0
-        self._epoch = 0
-        self._gepoch = 0
         self.prune_min = IX_PRUNE_MIN
+        self.window = IX_WINDOW
         self._lock = threading.RLock()
         self.last_pruned = False
 
@@ -1652,20 +1751,23 @@ cdef class SearchIndex:
         garr_free(&self._b_tid)
         garr_free(&self._a_keys)
         garr_free(&self._a_tids)
-        garr_free(&self._s_tfacc)
-        garr_free(&self._s_mark)
-        garr_free(&self._s_gmark)
-        garr_free(&self._s_acc)
-        garr_free(&self._s_gt)
-        garr_free(&self._s_qt)
+        garr_free(&self._s_gbits)
+        garr_free(&self._w_tf)
+        garr_free(&self._w_acc)
+        garr_free(&self._w_bd)
+        garr_free(&self._w_gl)
+        garr_free(&self._w_bits)
         garr_free(&self._q_groups)
         garr_free(&self._q_terms)
         garr_free(&self._q_lists)
         garr_free(&self._q_order)
-        garr_free(&self._q_rest)
         garr_free(&self._q_heap)
-        garr_free(&self._q_fbd)
-        garr_free(&self._q_fdoc)
+        garr_free(&self._q_ls)
+        garr_free(&self._q_goff)
+        garr_free(&self._q_wub)
+        garr_free(&self._q_gx)
+        garr_free(&self._q_gnl)
+        garr_free(&self._q_gw)
         PyMem_Free(self._views)
 
     @property
@@ -2040,6 +2142,8 @@ cdef class SearchIndex:
         cdef const int32_t* b_next = <const int32_t*>self._b_next.data
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
         cdef int32_t e
+        cdef double c0[3]
+        cdef double cb[3]
         cdef FieldOut outs[3]
         cdef RawBuf tdocs[3]
         cdef RawBuf ttfs[3]
@@ -2104,22 +2208,35 @@ cdef class SearchIndex:
         self._buf_lo = <uint32_t>self._n_docs
         self._buf_dead = 0
         if any(arrays[3 * f + 2].shape[0] for f in range(3)):
+            self._norm(c0, cb)
             self._set_segments(self._segs + [_segment(lo, <uint32_t>self._n_docs, arrays,
-                                                               <const uint32_t*>self._lens.data)])
+                                                      <const uint32_t*>self._lens.data, c0, cb)])
         return 0
+
+    cdef void _norm(self, double* c0, double* cb) noexcept:
+        """The length normalisation of the statistics now: norm_f = c0[f] + cb[f] * len."""
+        cdef int f
+        cdef double avgdl
+        for f in range(3):
+            avgdl = (<double>self._sum_len[f]) / (<double>self._n_live) if self._sum_len[f] != 0 else 1.0
+            c0[f] = 1.0 - self._b[f]
+            cb[f] = self._b[f] / avgdl
 
     cdef int _maybe_merge(self) except -1:
         """Merge the two newest segments while the older is not larger (counting live docs)."""
         cdef list segs = list(self._segs)
         cdef _Segment a, b, m
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
+        cdef double c0[3]
+        cdef double cb[3]
+        self._norm(c0, cb)
         while len(segs) >= 2:
             a = segs[len(segs) - 2]
             b = segs[len(segs) - 1]
             if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
                 break
             m = _merge([a, b], meta, NULL, NULL, <const uint32_t*>self._lens.data, a.v.doc_lo,
-                       b.v.doc_hi)
+                       b.v.doc_hi, c0, cb)
             segs = segs[:len(segs) - 2] + ([m] if _nonempty(m) else [])
         self._set_segments(segs)
         return 0
@@ -2132,24 +2249,28 @@ cdef class SearchIndex:
     def _merge_segments(self):
         cdef list segs
         cdef _Segment m
+        cdef double c0[3]
+        cdef double cb[3]
         self._flush()
+        self._norm(c0, cb)
         segs = self._segs
         if len(segs) > 1 or (len(segs) == 1 and (<_Segment>segs[0]).v.n_dead > 0):
             m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL,
-                       <const uint32_t*>self._lens.data, (<_Segment>segs[0]).v.doc_lo, (<_Segment>segs[len(segs) - 1]).v.doc_hi)
+                       <const uint32_t*>self._lens.data, (<_Segment>segs[0]).v.doc_lo,
+                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, c0, cb)
             self._set_segments([m] if _nonempty(m) else [])
 
     # -- search ---------------------------------------------------------------------------------
 
     cdef int _grow_scratch(self) except -1:
-        """Per-doc scratch sized to the corpus; new parts of the zero-based arrays are zeroed."""
-        cdef int64_t n = self._n_docs
-        garr_extend(&self._s_tfacc, n, True)
-        garr_extend(&self._s_mark, n, True)
-        garr_extend(&self._s_gmark, n, True)
-        garr_extend(&self._s_acc, n, False)
-        garr_extend(&self._s_gt, n, False)
-        garr_extend(&self._s_qt, n, False)
+        """The one-bit-per-doc map (new words zeroed) and the fixed window scratch (zeroed once)."""
+        garr_extend(&self._s_gbits, (self._n_docs + 63) >> 6, True)
+        if self._w_tf.len == 0:
+            garr_extend(&self._w_tf, IX_WINDOW, True)
+            garr_extend(&self._w_acc, IX_WINDOW, False)
+            garr_extend(&self._w_bd, IX_WINDOW, False)
+            garr_extend(&self._w_gl, IX_WINDOW, False)
+            garr_extend(&self._w_bits, IX_WINDOW // 64, True)
         return 0
 
     cdef int _prepare(self, Query* q) except -1:
@@ -2160,6 +2281,8 @@ cdef class SearchIndex:
             q.w[f] = self._w[f]
             q.b[f] = self._b[f]
             q.avgdl[f] = (<double>self._sum_len[f]) / (<double>n) if self._sum_len[f] != 0 else 1.0
+            q.c0[f] = 1.0 - q.b[f]
+            q.cb[f] = q.b[f] / q.avgdl[f]
         q.n_live = n
         q.meta = <const uint8_t*>self._meta.data
         q.imp = <const uint8_t*>self._imp.data
@@ -2177,17 +2300,8 @@ cdef class SearchIndex:
         q.buf_lo = self._buf_lo
         q.views = self._views
         q.n_views = self._n_views
-        q.tfacc = <uint32_t*>self._s_tfacc.data
-        q.mark = <uint32_t*>self._s_mark.data
-        q.gmark = <uint32_t*>self._s_gmark.data
-        q.acc = <double*>self._s_acc.data
-        q.gt = <uint32_t*>self._s_gt.data
-        q.qt = <uint32_t*>self._s_qt.data
-        self._epoch += 1
-        if self._epoch == 0:                          # wrapped: forget every old mark
-            memset(self._s_mark.data, 0, <size_t>(4 * self._s_mark.len))
-            self._epoch = 1
-        q.epoch = self._epoch
+        q.n_docs = self._n_docs
+        q.gbits = <uint64_t*>self._s_gbits.data
         return 0
 
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1:
@@ -2255,6 +2369,7 @@ cdef class SearchIndex:
                             bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
                             if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
                                 L.bm = fp.bm + fp.bm_off[bi]
+                                L.bmf = q.w[f] * (fp.bm_cb / q.cb[f] if fp.bm_cb > q.cb[f] else 1.0)
                         L.seg = <int32_t>s
                         L.field = f
                         g.n_postings += L.n
@@ -2265,11 +2380,6 @@ cdef class SearchIndex:
             if g.key_hi - g.key_lo == 1:
                 df = (<uint32_t*>self._t_df.data)[(<uint32_t*>self._q_terms.data)[g.key_lo]]
             else:
-                self._gepoch += 1
-                if self._gepoch == 0:
-                    memset(self._s_gmark.data, 0, <size_t>(4 * self._s_gmark.len))
-                    self._gepoch = 1
-                q.gepoch = self._gepoch
                 with nogil:
                     df = _group_df(q, g, <const PList*>self._q_lists.data,
                                    <const uint32_t*>self._q_terms.data)
@@ -2294,13 +2404,12 @@ cdef class SearchIndex:
         cdef const uint64_t[::1] qk = _keys_array(query_keys)
         cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
         cdef Query q
-        cdef int64_t G, nq, nh = 0, j, total = 0, m
+        cdef Eng e
+        cdef int64_t G, j, total = 0, m, li, most = 0, nl
         cdef const Group* groups
         cdef const PList* lists
         cdef const uint32_t* gterms
-        cdef HeapItem* heap
-        cdef double* a
-        cdef double* fbd
+        cdef double a[3]
         cdef uint32_t d
         cdef bint pruned
         if k < 0:
@@ -2328,82 +2437,70 @@ cdef class SearchIndex:
         gterms = <const uint32_t*>self._q_terms.data
         for j in range(G):
             total += groups[j].n_postings
-        pruned = not exhaustive and G >= 2 and total >= self.prune_min
+        pruned = not exhaustive and total >= self.prune_min
         self.last_pruned = pruned
-        if not exhaustive and G == 1 and groups[0].key_hi - groups[0].key_lo == 1:
-            self.last_pruned = True
-            return self._search_single(&q, groups, lists, gterms, k)
-        if pruned:
-            garr_reserve(&self._q_order, G)
-            garr_reserve(&self._q_rest, G)
-            garr_reserve(&self._q_fdoc, k)
-            with nogil:
-                nq = _pruned(&q, groups, G, lists, gterms, k, <int64_t*>self._q_order.data,
-                             <double*>self._q_rest.data, <double*>self._q_fdoc.data)
-            garr_reserve(&self._q_fbd, nq)
-        else:
-            with nogil:
-                nq = _exhaustive(&q, groups, G, lists, gterms)
-        garr_reserve(&self._q_heap, min(k, nq) + 1)
-        heap = <HeapItem*>self._q_heap.data
-        fbd = <double*>self._q_fbd.data
+        # Scratch sized by the query: the lists of the segment that has the most of them.
+        for m in range(self._n_views):
+            nl = 0
+            for li in range(self._q_lists.len):
+                nl += lists[li].seg == m
+            most = max(most, nl)
+        garr_reserve(&self._q_ls, most + 1)
+        garr_reserve(&self._q_goff, G + 1)
+        garr_reserve(&self._q_wub, G)
+        garr_reserve(&self._q_gx, G)
+        garr_reserve(&self._q_gnl, G)
+        garr_reserve(&self._q_gw, G)
+        garr_reserve(&self._q_order, G)
+        garr_reserve(&self._q_heap, k + 1)
+        e.q = &q
+        e.groups = groups
+        e.G = G
+        e.gterms = gterms
+        e.ls = <LState*>self._q_ls.data
+        e.goff = <int64_t*>self._q_goff.data
+        e.wub = <double*>self._q_wub.data
+        e.gx = <double*>self._q_gx.data
+        e.gnl = <int32_t*>self._q_gnl.data
+        e.order = <int64_t*>self._q_order.data
+        e.gw = <uint32_t*>self._q_gw.data
+        e.wtf = <uint32_t*>self._w_tf.data
+        e.wacc = <double*>self._w_acc.data
+        e.wbd = <double*>self._w_bd.data
+        e.gl = <uint32_t*>self._w_gl.data
+        e.wbits = <uint64_t*>self._w_bits.data
+        e.heap = <HeapItem*>self._q_heap.data
+        e.nh = 0
+        e.k = k
+        e.theta = -1.0
         with nogil:
-            for j in range(nq):
-                d = q.qt[j]
-                if pruned:
-                    a = fbd + 3 * j
-                    _exact(&q, d, groups, G, lists, gterms, a)
-                else:
-                    a = q.acc + 3 * <int64_t>d
-                nh = _heap_offer(&q, heap, nh, k, (a[0] + a[1]) + a[2], d, <uint32_t>j)
-            _heap_sort(&q, heap, nh)
-        docs = np.empty(nh, dtype=np.int64)
-        scores = np.empty(nh, dtype=np.float64)
-        breakdown = np.empty((nh, 3), dtype=np.float64)
+            _run(&e, lists, self._q_lists.len, self.window, pruned)
+            _heap_sort(&q, e.heap, e.nh)
+        docs = np.empty(e.nh, dtype=np.int64)
+        scores = np.empty(e.nh, dtype=np.float64)
+        breakdown = np.empty((e.nh, 3), dtype=np.float64)
         cdef int64_t[::1] o_docs = docs
         cdef double[::1] o_scores = scores
         cdef double[:, ::1] o_bd = breakdown
-        for j in range(nh):
-            d = heap[j].d
-            a = fbd + 3 * <int64_t>heap[j].i if pruned else q.acc + 3 * <int64_t>d
+        for j in range(e.nh):
+            d = e.heap[j].d
+            _exact(&q, d, groups, G, lists, gterms, a)
             o_docs[j] = d
-            o_scores[j] = heap[j].s
+            o_scores[j] = e.heap[j].s
             o_bd[j, 0] = a[0]
             o_bd[j, 1] = a[1]
             o_bd[j, 2] = a[2]
         return docs, scores, breakdown
 
-    cdef tuple _search_single(self, Query* q, const Group* groups, const PList* lists,
-                              const uint32_t* gterms, int64_t k):
-        cdef HeapItem* heap
-        cdef int64_t nh, j
-        cdef double p[3]
-        garr_reserve(&self._q_heap, k + 1)
-        heap = <HeapItem*>self._q_heap.data
-        with nogil:
-            nh = _single(q, &groups[0], lists, gterms, k, heap)
-            _heap_sort(q, heap, nh)
-        docs = np.empty(nh, dtype=np.int64)
-        scores = np.empty(nh, dtype=np.float64)
-        breakdown = np.empty((nh, 3), dtype=np.float64)
-        cdef int64_t[::1] o_docs = docs
-        cdef double[::1] o_scores = scores
-        cdef double[:, ::1] o_bd = breakdown
-        for j in range(nh):
-            p[0] = 0.0
-            p[1] = 0.0
-            p[2] = 0.0
-            _add_parts(q, heap[j].d, heap[j].i, groups[0].idf, p)
-            o_docs[j] = heap[j].d
-            o_scores[j] = heap[j].s
-            o_bd[j, 0] = p[0]
-            o_bd[j, 1] = p[1]
-            o_bd[j, 2] = p[2]
-        return docs, scores, breakdown
-
     def _set_prune_min(self, int64_t n) -> None:
-        """Tests and benchmarks: prune from n postings on (0 = whenever there are 2+ groups)."""
+        """Tests and benchmarks: prune from n postings on (0 = always)."""
         self.prune_min = n
+
+    def _set_window(self, int64_t n) -> None:
+        """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
+        if n <= 0 or n % 64 != 0 or n > IX_WINDOW:
+            raise ValueError("window must be a positive multiple of 64, at most 4096")
+        self.window = n
 
     # -- compaction, memory, snapshot arrays ----------------------------------------------------
 
@@ -2426,6 +2523,8 @@ cdef class SearchIndex:
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
         cdef const uint32_t* toff = <const uint32_t*>self._tag_off.data
         cdef _Segment m
+        cdef double c0[3]
+        cdef double cb[3]
         self._flush()
         for t in range(T):
             if df[t] > 0:
@@ -2481,7 +2580,9 @@ cdef class SearchIndex:
             out._sum_len[i] = self._sum_len[i]
         out._buf_lo = <uint32_t>nl
         if self._segs:
-            m = _merge(self._segs, meta, o2n, tm, <const uint32_t*>out._lens.data, 0, <uint32_t>nl)
+            out._norm(c0, cb)
+            m = _merge(self._segs, meta, o2n, tm, <const uint32_t*>out._lens.data, 0, <uint32_t>nl,
+                       c0, cb)
             if _nonempty(m):
                 out._set_segments([m])
         return out, old_to_new
@@ -2501,13 +2602,15 @@ cdef class SearchIndex:
                        + garr_bytes(&self._ts) + garr_bytes(&self._ulid) + garr_bytes(&self._lens)
                        + garr_bytes(&self._tag_off) + garr_bytes(&self._tag_val))
         scratch = (garr_bytes(&self._a_keys) + garr_bytes(&self._a_tids)
-                   + garr_bytes(&self._s_tfacc) + garr_bytes(&self._s_mark)
-                   + garr_bytes(&self._s_gmark) + garr_bytes(&self._s_acc)
-                   + garr_bytes(&self._s_gt) + garr_bytes(&self._s_qt)
+                   + garr_bytes(&self._s_gbits) + garr_bytes(&self._w_tf)
+                   + garr_bytes(&self._w_acc) + garr_bytes(&self._w_bd)
+                   + garr_bytes(&self._w_gl) + garr_bytes(&self._w_bits)
                    + garr_bytes(&self._q_groups) + garr_bytes(&self._q_terms)
                    + garr_bytes(&self._q_lists) + garr_bytes(&self._q_order)
-                   + garr_bytes(&self._q_rest) + garr_bytes(&self._q_heap)
-                   + garr_bytes(&self._q_fbd) + garr_bytes(&self._q_fdoc)
+                   + garr_bytes(&self._q_heap) + garr_bytes(&self._q_ls)
+                   + garr_bytes(&self._q_goff) + garr_bytes(&self._q_wub)
+                   + garr_bytes(&self._q_gx) + garr_bytes(&self._q_gnl)
+                   + garr_bytes(&self._q_gw)
                    + self._n_views * <int64_t>sizeof(SegView))
         return {"postings": postings, "terms": terms, "doc_columns": doc_columns,
                 "scratch": scratch}
@@ -2557,6 +2660,8 @@ cdef class SearchIndex:
         cdef SearchIndex ix = cls(k1, weights, b)
         cdef int64_t n, T, nl, cap, nt
         cdef int f
+        cdef double c0[3]
+        cdef double cb[3]
         if int(arrays["format"]) != IX_ARRAYS_FORMAT:
             raise ValueError(f"unknown index arrays format {int(arrays['format'])}")
         n = int(arrays["n_docs"])
@@ -2606,8 +2711,9 @@ cdef class SearchIndex:
             ix._sum_len[f] = int(sum_len[f])
         ix._buf_lo = <uint32_t>n
         if any(seg_arrays[3 * f + 2].shape[0] for f in range(3)):
+            ix._norm(c0, cb)
             ix._set_segments([_segment(0, <uint32_t>n, seg_arrays,
-                                       <const uint32_t*>ix._lens.data)])
+                                       <const uint32_t*>ix._lens.data, c0, cb)])
         return ix
 
 
