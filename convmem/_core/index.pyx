@@ -1293,8 +1293,9 @@ cdef double _group_bound(Eng* e, int64_t g, uint32_t wlo, uint32_t whi) noexcept
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng, int64_t g,
-                      double others, double lb) noexcept nogil:
-    """Add the list's tfs of the window docs that pass the filters to e.wtf (new docs to e.gl).
+                      double others, double lb, bint extra) noexcept nogil:
+    """Add the list's tfs of the window docs that are live and of the kinds and tiers asked (and
+    pass the other filters if `extra`) to e.wtf (new docs to e.gl).
 
     With lb >= 0 (pruning), a block is skipped when no doc of it can reach lb: the block's own
     bound for this list, the group's bounds in the other fields and `others` (the bounds of the
@@ -1341,7 +1342,7 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
             i += 1
             if not q.okmeta[q.meta[d]]:
                 continue
-            if q.extra and not _extra_ok(q, d):
+            if extra and q.extra and not _extra_ok(q, d):
                 continue
             x = d - wlo
             w = e.wtf[x]
@@ -1456,7 +1457,7 @@ cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept no
             ng = _chains_taat(e, g, wlo, whi, ng)
         else:
             for i in range(e.goff[g], e.goff[g + 1]):
-                ng = _ls_taat(e, &e.ls[i], wlo, whi, ng, g, 0.0, -1.0)
+                ng = _ls_taat(e, &e.ls[i], wlo, whi, ng, g, 0.0, -1.0, True)
         for j in range(ng):
             x = e.gl[j]
             w = e.wtf[x]
@@ -1495,14 +1496,16 @@ cdef void _sort_by_bound(Eng* e) noexcept nogil:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
-    """The window with the heap full: see the comment above LState."""
+    """The window with the heap full: see the comment above LState. The session, importance
+    and tag filters are checked only for the docs that pass the first bound test."""
     cdef const Query* q = e.q
-    cdef int64_t G = e.G, g, i, j, ng, wi, ne
-    cdef uint32_t x, w, d
+    cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
+    cdef uint32_t x, w, d, tf
     cdef uint64_t bits
-    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r
+    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0, big_x
     cdef double a[3]
     cdef bint alive
+    cdef const uint32_t* ln
     for g in range(G):
         e.wub[g] = _group_bound(e, g, wlo, whi)
         total += e.wub[g]
@@ -1513,12 +1516,29 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     while ne < G and (cum + e.wub[e.order[ne]]) * (1.0 + EPS) < lb:
         cum += e.wub[e.order[ne]]
         ne += 1
+    if ne == G - 1:
+        # One essential group: a doc passes the first test when its part s reaches
+        # T = lb / (1 + EPS) - cum, that is when X >= k1 * u / (1 - u), u = T / idf (loosened by
+        # 1e-10 against rounding); content-only docs are tested without a division.
+        g1 = e.order[ne]
+        t = (lb / (1.0 + EPS) - cum) / e.groups[g1].idf
+        if t <= 0.0:
+            xm = 0.0
+        elif t >= 1.0:
+            return
+        else:
+            xm = q.k1 * t / (1.0 - t) * (1.0 - 1e-10)
     for i in range(ne, G):
         g = e.order[i]
         ng = 0
         for j in range(e.goff[g], e.goff[g + 1]):
             ng = _ls_taat(e, &e.ls[j], wlo, whi, ng, g, total - e.wub[g],
-                          lb if e.gnl[3 * g + e.ls[j].L.field] == 1 else -1.0)
+                          lb if e.gnl[3 * g + e.ls[j].L.field] == 1 else -1.0, False)
+        if g1 >= 0:
+            for j in range(ng):
+                x = e.gl[j]
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+            continue
         for j in range(ng):
             x = e.gl[j]
             w = e.wtf[x]
@@ -1534,10 +1554,30 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
             bits &= bits - 1
             d = wlo + x
-            s = e.wacc[x]
-            r = cum
-            if (s + r) * (1.0 + EPS) < lb:
+            if g1 >= 0:
+                w = e.wtf[x]
+                e.wtf[x] = 0
+                ln = q.lens + 3 * <int64_t>d
+                if w <= 0xFF:                          # content only
+                    if q.w[0] * <double>w < xm * (q.c0[0] + q.cb[0] * <double>ln[0]):
+                        continue
+                    big_x = q.w[0] * <double>w / (q.c0[0] + q.cb[0] * <double>ln[0])
+                else:
+                    big_x = 0.0
+                    for j in range(3):
+                        tf = (w >> (8 * j)) & 0xFF
+                        if tf:
+                            big_x += q.w[j] * <double>tf / (q.c0[j] + q.cb[j] * <double>ln[j])
+                    if big_x < xm:
+                        continue
+                s = e.groups[g1].idf * big_x / (q.k1 + big_x)
+            else:
+                s = e.wacc[x]
+                if (s + cum) * (1.0 + EPS) < lb:
+                    continue
+            if q.extra and not _extra_ok(q, d):
                 continue
+            r = cum
             for g in range(G):
                 e.gw[g] = NOT_PROBED
             alive = True
