@@ -182,7 +182,8 @@ def test_score_matches_the_formula_on_a_hand_made_corpus() -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_pruned_equals_exhaustive(seed: int) -> None:
     c, ix, _ = random_index(100 + seed, 1200 + 300 * seed, remove_rate=0.15)
-    ix._set_prune_min(0)  # prune whenever there are two groups or more
+    ix._set_prune_min(0)  # prune every query
+    ix._set_window((64, 256, 4096)[seed % 3])  # small windows: many windows, many skipped
     if seed % 2:
         ix.merge_segments()
     pruned = 0
@@ -194,10 +195,48 @@ def test_pruned_equals_exhaustive(seed: int) -> None:
     assert pruned > 50
 
 
+@pytest.mark.parametrize("short_first", [False, True])
+def test_block_maxima_stay_bounds_when_avgdl_moves(short_first: bool) -> None:
+    """Block maxima are taken with the statistics of the moment a segment is made; segments
+    made when docs were long (or short) must still bound the scores after avgdl has moved."""
+    rng = np.random.default_rng(7)
+    ix = compiled.SearchIndex()
+    ix._set_prune_min(0)
+    ix._set_window(64)
+    tw = twin.SearchIndex()
+    lengths = (2, 60) if short_first else (60, 2)
+    d = 0
+    for length in lengths:
+        for _ in range(3000):
+            terms = rng.integers(1, 6, size=length).tolist()
+            args = (terms, [], [], [], 0, 0, 0, int(rng.integers(0, 100)), d, d.to_bytes(16, "big"))
+            ix.add(d, *args)
+            tw.add(d, *args)
+            d += 1
+        if length == lengths[0]:
+            ix.merge_segments()  # one segment made with the first avgdl
+    for q in ([1, 2], [3], [1, 4, 5], [2, 5]):
+        for k in (1, 10, 50):
+            got = ix.search(q, k)
+            assert ix.last_pruned
+            assert_same(got, ix.search(q, k, exhaustive=True))
+            assert_same(got, tw.search(q, k))
+
+
+def test_window_must_be_a_multiple_of_64() -> None:
+    ix = compiled.SearchIndex()
+    for bad in (0, 63, 100, 8192):
+        with pytest.raises(ValueError, match="multiple of 64"):
+            ix._set_window(bad)
+    ix._set_window(128)
+    assert ix.window == 128
+
+
 def test_pruning_with_many_ties() -> None:
     """Identical docs tie on score: the order then comes from importance, timestamp and ulid."""
     ix = compiled.SearchIndex()
     ix._set_prune_min(0)
+    ix._set_window(64)
     rare, common = 5, 6
     for d in range(600):
         keys = [common] * (1 + d % 3) + ([rare] if d % 7 == 0 else [])
@@ -725,6 +764,7 @@ class IndexMachine(RuleBasedStateMachine):
         self.corpus = Corpus(seed, vocab=40, dup_rate=0.2)
         self.ix = compiled.SearchIndex()
         self.ix._set_prune_min(0)
+        self.ix._set_window(64 if seed % 2 else 4096)
         self.tw = twin.SearchIndex()
 
     @rule(n=st.integers(1, 400))
