@@ -12,7 +12,7 @@ cdef enum:
     IX_TABLE_MIN = 1024     # smallest term hash table (slots)
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
-    IX_PRUNE_MIN = 20000    # below this many postings a query is scored exhaustively
+    IX_PRUNE_MIN = 0        # below this many postings a query is scored exhaustively
     IX_WINDOW = 4096        # largest scoring window (doc ids); the buffer never spans more
 
 

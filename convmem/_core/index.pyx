@@ -1425,9 +1425,12 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
     """_group_total within a few ulps, with two divisions instead of five (for pruning only:
     the bounds carry a 1e-9 margin)."""
     cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
-    cdef double big_x = 0.0
+    cdef double big_x = 0.0, a
     cdef uint32_t tf
     cdef int f
+    if w <= 0xFF:                                     # content only: X = a / norm, one division
+        a = q.w[0] * <double>w
+        return idf * a / (q.k1 * (q.c0[0] + q.cb[0] * <double>ln[0]) + a)
     for f in range(3):
         tf = (w >> (8 * f)) & 0xFF
         if tf:
