@@ -223,6 +223,19 @@ def test_block_maxima_stay_bounds_when_avgdl_moves(short_first: bool) -> None:
             assert_same(got, tw.search(q, k))
 
 
+def test_one_byte_lengths_round_down_by_at_most_a_sixteenth() -> None:
+    """The pruning bounds read content lengths from one byte: never above the true length
+    (so the bound is not below the score), and close to it (so it prunes)."""
+    for n in list(range(0, 5000)) + [2**17 - 1, 2**17, 2**18 - 1, 2**18, 10**7, 2**32 - 1]:
+        got = compiled._qlen_floor(n)
+        assert got <= n
+        if n < 64:
+            assert got == n
+        elif n < 2**18:
+            assert got > n - n / 16
+    assert compiled._qlen_floor(2**32 - 1) == 31 << 13
+
+
 def test_window_must_be_a_multiple_of_64() -> None:
     ix = compiled.SearchIndex()
     for bad in (0, 63, 100, 8192):

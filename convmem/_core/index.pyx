@@ -973,6 +973,29 @@ cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
     return not q.extra or _extra_ok(q, d)
 
 
+cdef inline uint8_t _qlen_code(uint32_t n) noexcept nogil:
+    """A content length in one byte, for bounds: exact below 64, then 4 significant bits,
+    rounded down (_qlen_value(_qlen_code(n)) <= n)."""
+    cdef int e
+    if n < 64:
+        return <uint8_t>n
+    e = 31 - __builtin_clz(n)
+    if e > 17:
+        return 255
+    return <uint8_t>(64 + (e - 6) * 16 + ((n >> (e - 4)) & 15))
+
+
+cdef inline uint32_t _qlen_value(int c) noexcept nogil:
+    if c < 64:
+        return <uint32_t>c
+    return <uint32_t>(16 + (c - 64) % 16) << ((c - 64) // 16 + 2)
+
+
+def _qlen_floor(uint32_t n) -> int:
+    """Tests: the length a content length of n is bounded with."""
+    return _qlen_value(_qlen_code(n))
+
+
 cdef inline uint32_t _tf_add(uint32_t w, int f, uint32_t tf) noexcept nogil:
     """Add tf to byte f of the packed group tfs, saturating at 255."""
     cdef int sh = 8 * f
@@ -1422,16 +1445,20 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
 
 @cython.cdivision(True)
 cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
-    """_group_total within a few ulps, with two divisions instead of five (for pruning only:
-    the bounds carry a 1e-9 margin)."""
-    cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
-    cdef double big_x = 0.0, a
+    """An upper bound of _group_total (within a few ulps: the bounds carry a 1e-9 margin) with
+    at most two divisions instead of five. The content length is read from the one-byte
+    q.qlen, rounded down (so the norm is not larger); a content-only doc needs no other
+    column and one division."""
+    cdef const uint32_t* ln
+    cdef double big_x, a
     cdef uint32_t tf
     cdef int f
-    if w <= 0xFF:                                     # content only: X = a / norm, one division
+    if w <= 0xFF:                                     # content only: X = a / norm
         a = q.w[0] * <double>w
-        return idf * a / (q.k1 * (q.c0[0] + q.cb[0] * <double>ln[0]) + a)
-    for f in range(3):
+        return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a)
+    ln = q.lens + 3 * <int64_t>d
+    big_x = q.w[0] * <double>(w & 0xFF) / q.qnorm[q.qlen[d]]
+    for f in range(1, 3):
         tf = (w >> (8 * f)) & 0xFF
         if tf:
             big_x += q.w[f] * <double>tf / (q.c0[f] + q.cb[f] * <double>ln[f])
@@ -1503,12 +1530,11 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     and tag filters are checked only for the docs that pass the first bound test."""
     cdef const Query* q = e.q
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
-    cdef uint32_t x, w, d, tf
+    cdef uint32_t x, w, d
     cdef uint64_t bits
-    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0, big_x
+    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0
     cdef double a[3]
     cdef bint alive
-    cdef const uint32_t* ln
     for g in range(G):
         e.wub[g] = _group_bound(e, g, wlo, whi)
         total += e.wub[g]
@@ -1560,20 +1586,11 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             if g1 >= 0:
                 w = e.wtf[x]
                 e.wtf[x] = 0
-                ln = q.lens + 3 * <int64_t>d
-                if w <= 0xFF:                          # content only
-                    if q.w[0] * <double>w < xm * (q.c0[0] + q.cb[0] * <double>ln[0]):
-                        continue
-                    big_x = q.w[0] * <double>w / (q.c0[0] + q.cb[0] * <double>ln[0])
-                else:
-                    big_x = 0.0
-                    for j in range(3):
-                        tf = (w >> (8 * j)) & 0xFF
-                        if tf:
-                            big_x += q.w[j] * <double>tf / (q.c0[j] + q.cb[j] * <double>ln[j])
-                    if big_x < xm:
-                        continue
-                s = e.groups[g1].idf * big_x / (q.k1 + big_x)
+                if w <= 0xFF and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
+                    continue                          # content only, below xm even rounded up
+                s = _approx_total(q, d, w, e.groups[g1].idf)
+                if (s + cum) * (1.0 + EPS) < lb:
+                    continue
             else:
                 s = e.wacc[x]
                 if (s + cum) * (1.0 + EPS) < lb:
@@ -1736,6 +1753,7 @@ cdef class SearchIndex:
         garr_init(&self._a_keys, 8)
         garr_init(&self._a_tids, 4)
         garr_init(&self._s_gbits, 8)
+        garr_init(&self._qlen, 1)
         garr_init(&self._w_tf, 4)
         garr_init(&self._w_acc, 8)
         garr_init(&self._w_bd, 24)
@@ -1795,6 +1813,7 @@ cdef class SearchIndex:
         garr_free(&self._a_keys)
         garr_free(&self._a_tids)
         garr_free(&self._s_gbits)
+        garr_free(&self._qlen)
         garr_free(&self._w_tf)
         garr_free(&self._w_acc)
         garr_free(&self._w_bd)
@@ -2306,8 +2325,21 @@ cdef class SearchIndex:
     # -- search ---------------------------------------------------------------------------------
 
     cdef int _grow_scratch(self) except -1:
-        """The one-bit-per-doc map (new words zeroed) and the fixed window scratch (zeroed once)."""
-        garr_extend(&self._s_gbits, (self._n_docs + 63) >> 6, True)
+        """The one-bit-per-doc map (new words zeroed), the one-byte content lengths of the docs
+        added since (docs never change) and the fixed window scratch (zeroed once)."""
+        cdef int64_t i, n = self._n_docs
+        cdef uint8_t* ql
+        cdef const uint32_t* ln = <const uint32_t*>self._lens.data
+        garr_extend(&self._s_gbits, (n + 63) >> 6, True)
+        if self._qlen.len < n:
+            i = self._qlen.len
+            garr_reserve(&self._qlen, n)
+            ql = <uint8_t*>self._qlen.data
+            with nogil:
+                while i < n:
+                    ql[i] = _qlen_code(ln[3 * i])
+                    i += 1
+            self._qlen.len = n
         if self._w_tf.len == 0:
             garr_extend(&self._w_tf, IX_WINDOW, True)
             garr_extend(&self._w_acc, IX_WINDOW, False)
@@ -2317,7 +2349,7 @@ cdef class SearchIndex:
         return 0
 
     cdef int _prepare(self, Query* q) except -1:
-        cdef int f
+        cdef int f, m
         cdef int64_t n = self._n_live
         q.k1 = self._k1
         for f in range(3):
@@ -2345,6 +2377,9 @@ cdef class SearchIndex:
         q.n_views = self._n_views
         q.n_docs = self._n_docs
         q.gbits = <uint64_t*>self._s_gbits.data
+        q.qlen = <const uint8_t*>self._qlen.data
+        for m in range(256):
+            q.qnorm[m] = q.c0[0] + q.cb[0] * <double>_qlen_value(m)
         return 0
 
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1:
@@ -2643,6 +2678,7 @@ cdef class SearchIndex:
                  + garr_bytes(&self._t_head))
         doc_columns = (garr_bytes(&self._meta) + garr_bytes(&self._imp) + garr_bytes(&self._sess)
                        + garr_bytes(&self._ts) + garr_bytes(&self._ulid) + garr_bytes(&self._lens)
+                       + garr_bytes(&self._qlen)
                        + garr_bytes(&self._tag_off) + garr_bytes(&self._tag_val))
         scratch = (garr_bytes(&self._a_keys) + garr_bytes(&self._a_tids)
                    + garr_bytes(&self._s_gbits) + garr_bytes(&self._w_tf)
