@@ -133,7 +133,8 @@ cdef struct Query:
     int64_t n_views
     int64_t n_docs
     const uint8_t* qlen     # one-byte content lengths, rounded down (index.pyx: _qlen_code)
-    double qnorm[256]       # the content norm (1 - b) + b * len / avgdl of each one-byte length
+    const uint8_t* qlen2    # the same for summary and tags, 2 a doc (apart: content is hot)
+    double qnorm[768]       # per field, the norm (1 - b) + b * len / avgdl of each one-byte length
     # scratch
     uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups)
 
@@ -170,7 +171,8 @@ cdef class SearchIndex:
     # per-add scratch and per-query scratch
     cdef GArr _a_keys, _a_tids
     cdef GArr _s_gbits
-    cdef GArr _qlen         # uint8 per doc: content length code, filled up to n_docs at search
+    cdef GArr _qlen         # uint8 a doc: content length code, filled up to n_docs at search
+    cdef GArr _qlen2        # 2 uint8 a doc: summary and tags length codes
     cdef GArr _w_tf, _w_acc, _w_bd, _w_gl, _w_bits
     cdef GArr _q_groups, _q_terms, _q_lists, _q_order, _q_heap, _q_ls, _q_goff, _q_wub, _q_gx
     cdef GArr _q_gnl, _q_gw

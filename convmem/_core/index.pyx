@@ -974,7 +974,7 @@ cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
 
 
 cdef inline uint8_t _qlen_code(uint32_t n) noexcept nogil:
-    """A content length in one byte, for bounds: exact below 64, then 4 significant bits,
+    """A field length in one byte, for bounds: exact below 64, then 4 significant bits,
     rounded down (_qlen_value(_qlen_code(n)) <= n)."""
     cdef int e
     if n < 64:
@@ -1447,21 +1447,20 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
 cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
     """An upper bound of _group_total (within a few ulps: the bounds carry a 1e-9 margin) with
     at most two divisions instead of five. The content length is read from the one-byte
-    q.qlen, rounded down (so the norm is not larger); a content-only doc needs no other
-    column and one division."""
-    cdef const uint32_t* ln
+    q.qlen, rounded down (so the norm is not larger); a content-only doc needs one division."""
+    cdef const uint8_t* ql
     cdef double big_x, a
     cdef uint32_t tf
     cdef int f
     if w <= 0xFF:                                     # content only: X = a / norm
         a = q.w[0] * <double>w
         return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a)
-    ln = q.lens + 3 * <int64_t>d
+    ql = q.qlen2 + 2 * <int64_t>d - 1                 # ql[1], ql[2]: summary, tags
     big_x = q.w[0] * <double>(w & 0xFF) / q.qnorm[q.qlen[d]]
     for f in range(1, 3):
         tf = (w >> (8 * f)) & 0xFF
         if tf:
-            big_x += q.w[f] * <double>tf / (q.c0[f] + q.cb[f] * <double>ln[f])
+            big_x += q.w[f] * <double>tf / q.qnorm[256 * f + ql[f]]
     return idf * big_x / (q.k1 + big_x)
 
 
@@ -1754,6 +1753,7 @@ cdef class SearchIndex:
         garr_init(&self._a_tids, 4)
         garr_init(&self._s_gbits, 8)
         garr_init(&self._qlen, 1)
+        garr_init(&self._qlen2, 2)
         garr_init(&self._w_tf, 4)
         garr_init(&self._w_acc, 8)
         garr_init(&self._w_bd, 24)
@@ -1814,6 +1814,7 @@ cdef class SearchIndex:
         garr_free(&self._a_tids)
         garr_free(&self._s_gbits)
         garr_free(&self._qlen)
+        garr_free(&self._qlen2)
         garr_free(&self._w_tf)
         garr_free(&self._w_acc)
         garr_free(&self._w_bd)
@@ -2329,17 +2330,22 @@ cdef class SearchIndex:
         added since (docs never change) and the fixed window scratch (zeroed once)."""
         cdef int64_t i, n = self._n_docs
         cdef uint8_t* ql
+        cdef uint8_t* ql2
         cdef const uint32_t* ln = <const uint32_t*>self._lens.data
         garr_extend(&self._s_gbits, (n + 63) >> 6, True)
         if self._qlen.len < n:
             i = self._qlen.len
             garr_reserve(&self._qlen, n)
+            garr_reserve(&self._qlen2, n)
             ql = <uint8_t*>self._qlen.data
+            ql2 = <uint8_t*>self._qlen2.data
             with nogil:
                 while i < n:
                     ql[i] = _qlen_code(ln[3 * i])
+                    ql2[2 * i] = _qlen_code(ln[3 * i + 1])
+                    ql2[2 * i + 1] = _qlen_code(ln[3 * i + 2])
                     i += 1
-            self._qlen.len = n
+            self._qlen.len = self._qlen2.len = n
         if self._w_tf.len == 0:
             garr_extend(&self._w_tf, IX_WINDOW, True)
             garr_extend(&self._w_acc, IX_WINDOW, False)
@@ -2378,8 +2384,10 @@ cdef class SearchIndex:
         q.n_docs = self._n_docs
         q.gbits = <uint64_t*>self._s_gbits.data
         q.qlen = <const uint8_t*>self._qlen.data
-        for m in range(256):
-            q.qnorm[m] = q.c0[0] + q.cb[0] * <double>_qlen_value(m)
+        q.qlen2 = <const uint8_t*>self._qlen2.data
+        for f in range(3):
+            for m in range(256):
+                q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
         return 0
 
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1:
@@ -2678,7 +2686,7 @@ cdef class SearchIndex:
                  + garr_bytes(&self._t_head))
         doc_columns = (garr_bytes(&self._meta) + garr_bytes(&self._imp) + garr_bytes(&self._sess)
                        + garr_bytes(&self._ts) + garr_bytes(&self._ulid) + garr_bytes(&self._lens)
-                       + garr_bytes(&self._qlen)
+                       + garr_bytes(&self._qlen) + garr_bytes(&self._qlen2)
                        + garr_bytes(&self._tag_off) + garr_bytes(&self._tag_val))
         scratch = (garr_bytes(&self._a_keys) + garr_bytes(&self._a_tids)
                    + garr_bytes(&self._s_gbits) + garr_bytes(&self._w_tf)
