@@ -18,7 +18,7 @@ except ImportError as exc:  # pragma: no cover - build-time guard
 
 DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
 CORE = Path("convmem") / "_core"
-MODULES = ["codec", "tokenizer", "index", "idmap"]
+MODULES = ["codec", "tokenizer", "index", "idmap", "syncer"]
 
 directives = {
     "language_level": 3,

@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 import orjson
@@ -55,6 +55,7 @@ _EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
 _REVISION = struct.Struct("<I")  # at payload offset 32 (docs/FORMAT.md)
 
 Record = tuple  # decoded MESSAGE payload: see codec.decode_message
+_T = TypeVar("_T")
 
 
 def _now_ms() -> int:
@@ -97,6 +98,22 @@ def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return (tok.token_keys(rec[9]),
             tok.token_keys(summary) if summary else _EMPTY_KEYS,
             np.concatenate([tok.token_keys(t) for t in tags]) if tags else _EMPTY_KEYS)
+
+
+class _Prepared(NamedTuple):
+    """What adding a message's doc needs that can be computed without touching the store."""
+
+    keys: tuple[np.ndarray, np.ndarray, np.ndarray]  # content, summary, tags (see _field_keys)
+    tag_hashes: np.ndarray
+    flags: int
+
+
+def _prepare(rec: Record) -> _Prepared:
+    tags = rec[12]
+    tag_hashes = (np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
+                  if tags else _EMPTY_KEYS)
+    flags = (FLAG_HAS_SUMMARY if rec[11] is not None else 0) | (FLAG_HAS_RELATIONS if rec[13] else 0)
+    return _Prepared(_field_keys(rec), tag_hashes, flags)
 
 
 def _history_arrays(sessions: list, slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -503,23 +520,27 @@ class MemoryStore:
                 self._slot_doc.data[slot] = -1
 
     # -- applying records ------------------------------------------------------------------
-    def _apply_message(self, rec: Record, offset: int, frame_len: int) -> int:
-        ulid = rec[0]
-        ts, kind = rec[1], rec[5]
+    # A new message is applied in two steps: _stage_new puts its doc into the index and the doc
+    # columns (the costly part, done while the write's flush is in flight, and undone by
+    # _unstage_new if the flush fails); _commit_new makes the message exist (its slot, session
+    # history and relations). Nothing reads the store between the two: the caller holds _mutex.
+    def _apply_message(self, rec: Record, offset: int, frame_len: int,
+                       prep: _Prepared | None = None,
+                       old_keys: tuple[Any, Any, Any] | None = None) -> int:
+        """Apply a MESSAGE record; `prep` and `old_keys` (the replaced version's key arrays) when
+        the caller computed them already."""
+        if prep is None:
+            prep = _prepare(rec)
+        ulid, kind = rec[0], rec[5]
         slot = self._ids.get(ulid)
         if slot is None:
-            slot = self._ids.add(ulid)
-            self._slot_doc.append(-1)
-            self._slot_session.append(self._sessions.number(rec[8]))
-            self._slot_ts.append(ts)
-            old_doc = -1
-        else:
-            old_doc = int(self._slot_doc.data[slot])
-        doc = self._add_doc(rec, offset, frame_len, slot)
+            return self._commit_new(rec, self._stage_new(rec, offset, frame_len, prep), frame_len)
+        old_doc = int(self._slot_doc.data[slot])
         num = int(self._slot_session.data[slot])
+        doc = self._add_doc(rec, offset, frame_len, slot, num, prep)
         if old_doc >= 0:
             old_kind = int(self._doc_kind.data[old_doc])
-            self._index.remove(old_doc, *self._index_keys(old_doc))
+            self._index.remove(old_doc, *(old_keys or self._index_keys(old_doc)))
             self._live_bytes -= int(self._doc_len.data[old_doc])
             if old_kind != kind:
                 self._sessions.change_kind(num, old_kind, kind)
@@ -536,28 +557,45 @@ class MemoryStore:
         self._records_since_snapshot += 1
         return slot
 
-    def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int) -> int:
-        summary, tags = rec[11], rec[12]
-        tag_hashes = (np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
-                      if tags else _EMPTY_KEYS)
+    def _stage_new(self, rec: Record, offset: int, frame_len: int, prep: _Prepared) -> int:
+        """A new message's doc, numbered as _commit_new will number its slot and session."""
+        s = self._sessions.get(rec[8])
+        num = s.num if s is not None else len(self._sessions.by_num)
+        return self._add_doc(rec, offset, frame_len, len(self._ids), num, prep)
+
+    def _unstage_new(self, doc: int, prep: _Prepared) -> None:
+        """Withdraw a staged doc whose record did not become durable. Its number stays used, as a
+        dead doc like a replaced version (the index gives the same scores without it, see
+        docs/SCORING.md), with no record: offset -1 keeps it out of damage checks."""
+        self._index.remove(doc, *prep.keys)
+        self._doc_offset.data[doc] = -1
+        self._doc_len.data[doc] = 0
+
+    def _commit_new(self, rec: Record, doc: int, frame_len: int) -> int:
+        ulid, ts = rec[0], rec[1]
+        slot = self._ids.add(ulid)
+        num = self._sessions.number(rec[8])
+        self._slot_doc.append(doc)
+        self._slot_session.append(num)
+        self._slot_ts.append(ts)
+        self._sessions.insert(num, ts, slot, ulid, rec[5])
+        self._relations.add_new(slot, rec[13])
+        self._live_bytes += frame_len
+        if rec[3] > 1:
+            self._update_records += 1
+        self._records_since_snapshot += 1
+        return slot
+
+    def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int, session: int,
+                 prep: _Prepared) -> int:
         doc = self._index.n_docs
-        self._index.add(
-            doc,
-            *_field_keys(rec),
-            tag_hashes,
-            int(self._slot_session.data[slot]),
-            rec[5],
-            rec[6],
-            rec[7],
-            rec[1],
-            rec[0],
-        )
+        self._index.add(doc, *prep.keys, prep.tag_hashes, session, rec[5], rec[6], rec[7], rec[1],
+                        rec[0])
         self._doc_offset.append(offset)
         self._doc_len.append(frame_len)
         self._doc_slot.append(slot)
         self._doc_kind.append(rec[5])
-        self._doc_flags.append((FLAG_HAS_SUMMARY if summary is not None else 0)
-                               | (FLAG_HAS_RELATIONS if rec[13] else 0))
+        self._doc_flags.append(prep.flags)
         return doc
 
     def _index_keys(self, doc: int) -> tuple[Any, Any, Any]:
@@ -569,7 +607,7 @@ class MemoryStore:
         except ConvMemError:
             return None, None, None
 
-    def _apply_delete(self, ulid: bytes) -> None:
+    def _apply_delete(self, ulid: bytes, old_keys: tuple[Any, Any, Any] | None = None) -> None:
         slot = self._ids.get(ulid)
         self._deleted_messages += 1
         self._records_since_snapshot += 1
@@ -577,12 +615,13 @@ class MemoryStore:
             return
         doc = int(self._slot_doc.data[slot])
         if doc >= 0:
-            self._retire(slot, doc)
+            self._retire(slot, doc, old_keys)
             self._slot_doc.data[slot] = -1
 
-    def _retire(self, slot: int, doc: int) -> None:
-        """Take a message's current version out of every index."""
-        self._index.remove(doc, *self._index_keys(doc))
+    def _retire(self, slot: int, doc: int, keys: tuple[Any, Any, Any] | None = None) -> None:
+        """Take a message's current version out of every index (`keys`: its key arrays, when
+        the caller has them)."""
+        self._index.remove(doc, *(keys or self._index_keys(doc)))
         self._live_bytes -= int(self._doc_len.data[doc])
         self._sessions.remove(int(self._slot_session.data[slot]), int(self._slot_ts.data[slot]),
                               slot, self._ulid_of(slot), int(self._doc_kind.data[doc]))
@@ -605,6 +644,47 @@ class MemoryStore:
             pos += len(f)
         return offsets
 
+    def _append_overlapped(self, frame: bytes, work: Callable[[int], _T],
+                           undo: Callable[[_T], None] | None = None) -> tuple[int, _T]:
+        """Append one record (the next sequence number) and run `work(offset)` while its flush
+        runs on the flusher thread; returns (offset, what work returned) once it is durable.
+
+        `work` must leave the store as it was, or be undone exactly by `undo(its result)`, which
+        runs if the flush fails (IO_ERROR, the record cut back off the log). If `work` raises,
+        the record is withdrawn and its exception passes on.
+        """
+        offset = self._begin_append(frame)
+        try:
+            result = work(offset)
+        except BaseException:
+            self._log.abort_append()
+            raise
+        try:
+            self._finish_append()
+        except ConvMemError:
+            if undo is not None:
+                undo(result)
+            raise
+        self._last_seq += 1
+        self._last_record_offset = offset
+        return offset, result
+
+    def _begin_append(self, frame: bytes) -> int:
+        """Write one record and start its flush (LogFile.begin_append); returns its offset."""
+        try:
+            return self._log.begin_append(frame)
+        except ConvMemError as exc:
+            self.last_error = f"{exc.code}: {exc.message}"
+            raise
+
+    def _finish_append(self) -> None:
+        """The record is durable once this returns; IO_ERROR (record cut back off) otherwise."""
+        try:
+            self._log.finish_append()
+        except ConvMemError as exc:
+            self.last_error = f"{exc.code}: {exc.message}"
+            raise
+
     def _after_write(self) -> None:
         # A snapshot bounds the replay at the next open; its cost grows with the store, so the
         # interval grows too (replay after a crash stays under a quarter of the store).
@@ -625,12 +705,6 @@ class MemoryStore:
             ms, rand = last_ms, last_rand + 1
         self._ulid_last = (ms, rand)
         return ((ms << 80) | rand).to_bytes(16, "big"), ms
-
-    def _encode(self, ulid: bytes, ts: int, updated_at: int, revision: int, role: int,
-                session: str, content: str, m: v.Metadata) -> bytes:
-        return codec.encode_message(ulid, ts, updated_at, revision, role, m.kind, m.tier,
-                                    m.importance, session, content, m.tool_call_id, m.summary,
-                                    m.tags, m.relations, m.sources)
 
     # -- reading records -------------------------------------------------------------------
     def _record(self, doc: int) -> Record:
@@ -721,18 +795,27 @@ class MemoryStore:
         meta = v.apply_metadata(None, fields)
         with self._mutex:
             self._check_open()
+            ulid_last = self._ulid_last
             ulid, ts = self._new_ulid()
-            payload = self._encode(ulid, ts, ts, 1, role_i, session, body, meta)
-            seq = self._last_seq + 1
-            frame = codec.encode_record(codec.REC_MESSAGE, seq, payload)
-            (offset,) = self._append([frame])
-            self._last_seq = seq
-            self._last_record_offset = offset
             rec = (ulid, ts, ts, 1, role_i, meta.kind, meta.tier, meta.importance, session, body,
                    meta.tool_call_id, meta.summary, meta.tags, meta.relations, meta.sources)
-            self._apply_message(rec, offset, len(frame))
+            frame = codec.encode_record(codec.REC_MESSAGE, self._last_seq + 1,
+                                        codec.encode_message(*rec))
+
+            def stage(offset: int) -> tuple[int, _Prepared, dict[str, Any]]:
+                prep = _prepare(rec)
+                answer = {"status": "OK", "message": self._message(rec)}
+                return self._stage_new(rec, offset, len(frame), prep), prep, answer
+
+            try:
+                _, (doc, prep, answer) = self._append_overlapped(
+                    frame, stage, lambda staged: self._unstage_new(staged[0], staged[1]))
+            except BaseException:
+                self._ulid_last = ulid_last  # the id was not used
+                raise
+            self._commit_new(rec, doc, len(frame))
             self._after_write()
-            return {"status": "OK", "message": self._message(rec)}
+            return answer
 
     def update_message(self, *, message_id: Any = None, content: Any = None,
                        metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
@@ -757,18 +840,21 @@ class MemoryStore:
                 return {"status": "OK", "changed": False, "message": self._message(rec)}
             revision = rec[3] + 1
             updated_at = max(_now_ms(), rec[2])
-            payload = self._encode(ulid, rec[1], updated_at, revision, rec[4], rec[8], body, meta)
-            seq = self._last_seq + 1
-            frame = codec.encode_record(codec.REC_MESSAGE, seq, payload)
-            (offset,) = self._append([frame])
-            self._last_seq = seq
-            self._last_record_offset = offset
             new = (ulid, rec[1], updated_at, revision, rec[4], meta.kind, meta.tier,
                    meta.importance, rec[8], body, meta.tool_call_id, meta.summary, meta.tags,
                    meta.relations, meta.sources)
-            self._apply_message(new, offset, len(frame))
+            frame = codec.encode_record(codec.REC_MESSAGE, self._last_seq + 1,
+                                        codec.encode_message(*new))
+
+            def prepare(offset: int) -> tuple[_Prepared, tuple[Any, Any, Any], dict[str, Any]]:
+                # The old version's keys come from the record read above, not from the log again.
+                return (_prepare(new), _field_keys(rec),
+                        {"status": "OK", "changed": True, "message": self._message(new)})
+
+            offset, (prep, old_keys, answer) = self._append_overlapped(frame, prepare)
+            self._apply_message(new, offset, len(frame), prep, old_keys)
             self._after_write()
-            return {"status": "OK", "changed": True, "message": self._message(new)}
+            return answer
 
     def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
@@ -784,12 +870,11 @@ class MemoryStore:
                 name = self._sessions.by_num[int(self._slot_session.data[slot])].name
                 if name != guard:
                     return {"status": "NOT_FOUND"}
-            seq = self._last_seq + 1
-            frame = codec.encode_record(codec.REC_DELETE, seq, codec.encode_delete(ulid))
-            (offset,) = self._append([frame])
-            self._last_seq = seq
-            self._last_record_offset = offset
-            self._apply_delete(ulid)
+            doc = int(self._slot_doc.data[slot])
+            frame = codec.encode_record(codec.REC_DELETE, self._last_seq + 1,
+                                        codec.encode_delete(ulid))
+            _, old_keys = self._append_overlapped(frame, lambda offset: self._index_keys(doc))
+            self._apply_delete(ulid, old_keys)
             self._after_write()
             return {"status": "OK"}
 

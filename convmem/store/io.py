@@ -30,6 +30,17 @@ def write_all(fd: int, data: bytes | memoryview, io: IoCounters) -> None:
         view = view[n:]
 
 
+def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int, io: IoCounters) -> None:
+    """os.pwrite at `offset` until every byte is written; each system call is counted."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        io.write_calls += 1
+        io.write_bytes += n
+        offset += n
+        view = view[n:]
+
+
 def fsync_dir(directory: Path, io: IoCounters) -> None:
     """Make a rename or a new file's directory entry durable."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

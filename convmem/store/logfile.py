@@ -1,7 +1,10 @@
 """The append-only log: a 48-byte header, then framed records (docs/FORMAT.md).
 
-Every append is written and fdatasync'ed before it returns; a failed append is cut back off the
-file so that nothing partial stays behind.
+An append is written, then fdatasync'ed: at once (`append`), or on the flusher thread of
+`convmem._core.syncer` while the caller does its in-memory work (`begin_append`, then
+`finish_append` or `abort_append`). The log's size, the end its readers see, moves only when the
+flush has succeeded; a failed append is cut back off the file so that nothing partial or unflushed
+stays behind.
 """
 from __future__ import annotations
 
@@ -9,11 +12,12 @@ import mmap
 import os
 from pathlib import Path
 
-from .._core import codec
+from .._core import codec, pysyncer, syncer
 from ..errors import CORRUPT_STORE, IO_ERROR, ConvMemError
-from .io import IoCounters, fsync_dir, write_all
+from .io import IoCounters, fsync_dir, pwrite_all, write_all
 
 LOG_NAME = "messages.log"
+_FDATASYNC = os.fdatasync  # see _flusher
 
 
 class LogFile:
@@ -23,8 +27,10 @@ class LogFile:
         self.fd = fd
         self.log_id = log_id
         self.base_sequence = base_sequence
-        self.size = size
+        self.size = size  # the end of the flushed records
         self.io = io
+        self._syncer = syncer.Syncer()  # its thread starts with the first begin_append
+        self._in_flight: tuple[int, int, pysyncer.Syncer | syncer.Syncer] | None = None
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
@@ -63,8 +69,7 @@ class LogFile:
         """Append and fdatasync; returns the offset where `data` starts."""
         offset = self.size
         try:
-            os.lseek(self.fd, offset, os.SEEK_SET)
-            write_all(self.fd, data, self.io)
+            pwrite_all(self.fd, data, offset, self.io)
             os.fdatasync(self.fd)
             self.io.flush_calls += 1
         except OSError as exc:
@@ -72,6 +77,59 @@ class LogFile:
             raise ConvMemError(IO_ERROR, f"log append failed: {exc.strerror or exc}") from exc
         self.size = offset + len(data)
         return offset
+
+    def begin_append(self, data: bytes | bytearray) -> int:
+        """Write `data` at the end and start its fdatasync on the flusher thread; returns its
+        offset. The append counts only once finish_append() has returned; until then exactly one
+        of finish_append() and abort_append() must follow, and nothing else may write."""
+        if self._in_flight is not None:
+            raise RuntimeError("an append is already in flight")
+        offset = self.size
+        flusher = self._flusher()
+        try:
+            pwrite_all(self.fd, data, offset, self.io)
+            flusher.start(self.fd, offset, len(data))
+        except OSError as exc:
+            self._cut_back(offset)
+            raise ConvMemError(IO_ERROR, f"log append failed: {exc.strerror or exc}") from exc
+        self._in_flight = (offset, offset + len(data), flusher)
+        return offset
+
+    def finish_append(self) -> None:
+        """Wait for the started append's flush: on success the record is durable and part of the
+        log; on failure it is cut back off and IO_ERROR is raised."""
+        offset, end, flusher = self._take_in_flight()
+        try:
+            flusher.wait()
+        except OSError as exc:
+            self._cut_back(offset)
+            raise ConvMemError(IO_ERROR, f"log append failed: {exc.strerror or exc}") from exc
+        self.io.flush_calls += 1
+        self.size = end
+
+    def abort_append(self) -> None:
+        """Withdraw the started append (the caller's work for it failed): wait for its flush,
+        then cut the record back off the file."""
+        offset, _, flusher = self._take_in_flight()
+        try:
+            flusher.wait()
+            self.io.flush_calls += 1
+        except OSError:
+            pass
+        self._cut_back(offset)
+
+    def _take_in_flight(self) -> tuple[int, int, pysyncer.Syncer | syncer.Syncer]:
+        if self._in_flight is None:
+            raise RuntimeError("no append is in flight")
+        started, self._in_flight = self._in_flight, None
+        return started
+
+    def _flusher(self) -> pysyncer.Syncer | syncer.Syncer:
+        # The compiled flusher calls fdatasync(2) itself. Fault-injection tests replace
+        # os.fdatasync to make flushes fail; a replaced one is honoured by flushing through it.
+        if os.fdatasync is _FDATASYNC:
+            return self._syncer
+        return pysyncer.Syncer()
 
     def _cut_back(self, size: int) -> None:
         """Remove whatever part of a failed append reached the file."""
@@ -104,6 +162,8 @@ class LogFile:
         return data
 
     def close(self) -> None:
+        if self._in_flight is not None:  # (not reached: callers finish what they begin)
+            self.abort_append()
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
