@@ -236,6 +236,36 @@ def test_one_byte_lengths_round_down_by_at_most_a_sixteenth() -> None:
     assert compiled._qlen_floor(2**32 - 1) == 31 << 13
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_two_threads_give_the_same_top_k(seed: int) -> None:
+    """Large queries are split between two threads that share their k-th scores: the merged
+    top k must be the one-thread (exhaustive) one, buffer and removed docs included."""
+    rng = np.random.default_rng(seed)
+    ix = compiled.SearchIndex()
+    ix._set_window(512)
+    tw = twin.SearchIndex()
+    for d in range(9000):
+        content = rng.integers(1, 9, size=int(rng.integers(1, 40))).tolist()
+        args = (content, rng.integers(1, 9, size=int(rng.integers(0, 3))).tolist(), [], [],
+                int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4)),
+                int(rng.integers(0, 101)), d, d.to_bytes(16, "big"))
+        ix.add(d, *args)
+        tw.add(d, *args)
+        if rng.random() < 0.05:
+            victim = int(rng.integers(0, d + 1))
+            ix.remove(victim)
+            tw.remove(victim)
+    parallel = 0
+    # Queries of 5+ common keys touch over 30000 postings (IX_PAR_MIN): two threads.
+    for q in ([1, 2, 3, 4, 5], [3, 4, 5, 6, 7, 8], [1, 4, 5, 8, 2, 3], [2, 6, 1, 7, 5]):
+        for k, kw in ((1, {}), (20, {}), (100, {}), (20, {"session": 2}), (10, {"min_importance": 90})):
+            got = ix.search(q, k, **kw)
+            parallel += ix.last_parallel
+            assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+            assert_same(got, tw.search(q, k, **kw))
+    assert parallel >= 15
+
+
 def test_window_must_be_a_multiple_of_64() -> None:
     ix = compiled.SearchIndex()
     for bad in (0, 63, 100, 8192):

@@ -13,7 +13,8 @@ cdef enum:
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
     IX_PRUNE_MIN = 0        # below this many postings a query is scored exhaustively
-    IX_WINDOW = 4096        # largest scoring window (doc ids); the buffer never spans more
+    IX_WINDOW = 4096        # largest scoring window (doc ids)
+    IX_PAR_MIN = 30000      # queries touching this many postings are scored by two threads
 
 
 # A growable array owned through PyMem_*, or borrowed from a numpy array (copy-on-write): `owned`
@@ -173,14 +174,15 @@ cdef class SearchIndex:
     cdef GArr _s_gbits
     cdef GArr _qlen         # uint8 a doc: content length code, filled up to n_docs at search
     cdef GArr _qlen2        # 2 uint8 a doc: summary and tags length codes
-    cdef GArr _w_tf, _w_acc, _w_bd, _w_gl, _w_bits
-    cdef GArr _q_groups, _q_terms, _q_lists, _q_order, _q_heap, _q_ls, _q_goff, _q_wub, _q_gx
-    cdef GArr _q_gnl, _q_gw
+    cdef GArr _q_groups, _q_terms, _q_lists
+    cdef list _scr          # one _Scratch per scoring thread
+    cdef void* _worker      # the second scoring thread (index.pyx: cvm_worker), NULL until needed
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
     cdef object _lock       # RLock held by every public method that touches the index
     cdef readonly int64_t prune_min     # queries touching fewer postings are scored exhaustively
     cdef readonly int64_t window        # doc ids per scoring window (a multiple of 64)
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
+    cdef readonly bint last_parallel    # whether the last search used two threads
 
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
     cdef int64_t _term_add(self, uint64_t key) except -1

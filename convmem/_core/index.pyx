@@ -1182,6 +1182,100 @@ cdef extern from *:
 cdef uint32_t NOT_PROBED = 0xFFFFFFFF
 
 
+# A second thread for large queries: one persistent worker per index that runs half of each
+# segment's windows while the calling thread runs the other half (see _run). It never touches
+# Python objects. The two halves share only their k-th best scores (relaxed atomic loads and
+# stores): either one is a lower bound of the final k-th best, so each half may prune with the
+# larger one and the merged top k is the same as with one thread.
+cdef extern from *:
+    """
+    #include <pthread.h>
+    #include <stdlib.h>
+    #include <unistd.h>
+    typedef void (*cvm_job_fn)(void *);
+    typedef struct {
+        pthread_t th;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        int state;              /* 0 idle, 1 job posted, 2 job done, 3 quit */
+        cvm_job_fn fn;
+        void *arg;
+        pid_t pid;
+    } cvm_worker;
+    static void *cvm_worker_main(void *p) {
+        cvm_worker *w = (cvm_worker *)p;
+        pthread_mutex_lock(&w->mu);
+        for (;;) {
+            while (w->state != 1 && w->state != 3) pthread_cond_wait(&w->cv, &w->mu);
+            if (w->state == 3) break;
+            pthread_mutex_unlock(&w->mu);
+            w->fn(w->arg);
+            pthread_mutex_lock(&w->mu);
+            w->state = 2;
+            pthread_cond_broadcast(&w->cv);
+        }
+        pthread_mutex_unlock(&w->mu);
+        return NULL;
+    }
+    /* A started worker, or NULL (then the caller runs everything itself). */
+    static cvm_worker *cvm_worker_new(void) {
+        cvm_worker *w = (cvm_worker *)calloc(1, sizeof(cvm_worker));
+        if (w == NULL) return NULL;
+        pthread_mutex_init(&w->mu, NULL);
+        pthread_cond_init(&w->cv, NULL);
+        w->pid = getpid();
+        if (pthread_create(&w->th, NULL, cvm_worker_main, w) != 0) {
+            pthread_cond_destroy(&w->cv);
+            pthread_mutex_destroy(&w->mu);
+            free(w);
+            return NULL;
+        }
+        return w;
+    }
+    /* After fork() the child has no worker thread: the struct is unusable there. */
+    static int cvm_worker_alive(cvm_worker *w) { return w != NULL && w->pid == getpid(); }
+    static void cvm_worker_post(cvm_worker *w, cvm_job_fn fn, void *arg) {
+        pthread_mutex_lock(&w->mu);
+        w->fn = fn;
+        w->arg = arg;
+        w->state = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+    static void cvm_worker_wait(cvm_worker *w) {
+        pthread_mutex_lock(&w->mu);
+        while (w->state != 2) pthread_cond_wait(&w->cv, &w->mu);
+        w->state = 0;
+        pthread_mutex_unlock(&w->mu);
+    }
+    static void cvm_worker_free(cvm_worker *w) {
+        if (w == NULL) return;
+        if (cvm_worker_alive(w)) {
+            pthread_mutex_lock(&w->mu);
+            w->state = 3;
+            pthread_cond_broadcast(&w->cv);
+            pthread_mutex_unlock(&w->mu);
+            pthread_join(w->th, NULL);
+            pthread_cond_destroy(&w->cv);
+            pthread_mutex_destroy(&w->mu);
+        }
+        free(w);
+    }
+    static inline double cvm_load(double *p) { double v; __atomic_load(p, &v, __ATOMIC_RELAXED); return v; }
+    static inline void cvm_store(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
+    """
+    ctypedef struct cvm_worker:
+        pass
+    ctypedef void (*cvm_job_fn)(void*) noexcept nogil
+    cvm_worker* cvm_worker_new() nogil
+    bint cvm_worker_alive(cvm_worker* w) nogil
+    void cvm_worker_post(cvm_worker* w, cvm_job_fn fn, void* arg) nogil
+    void cvm_worker_wait(cvm_worker* w) nogil
+    void cvm_worker_free(cvm_worker* w) nogil
+    double cvm_load(double* p) nogil
+    void cvm_store(double* p, double v) nogil
+
+
 # One posting list of the current segment during a query: a term-at-a-time position (with the
 # decoded block), a block position for the window bounds and a probe cursor.
 cdef struct LState:
@@ -1220,6 +1314,7 @@ cdef struct Eng:
     int64_t nh
     int64_t k
     double theta            # the k-th best score once the heap is full, else -1
+    double* peer_theta      # the other half's theta when two threads share the query, else NULL
 
 
 @cython.cdivision(True)
@@ -1467,7 +1562,17 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
 cdef inline void _offer(Eng* e, double s, uint32_t d) noexcept nogil:
     e.nh = _heap_offer(e.q, e.heap, e.nh, e.k, s, d, 0)
     if e.nh == e.k:
-        e.theta = e.heap[0].s
+        cvm_store(&e.theta, e.heap[0].s)
+
+
+cdef inline double _theta(Eng* e) noexcept nogil:
+    """The best known lower bound of the k-th score (-1: none yet)."""
+    cdef double t = e.theta, p
+    if e.peer_theta != NULL:
+        p = cvm_load(e.peer_theta)
+        if p > t:
+            return p
+    return t
 
 
 @cython.boundscheck(False)
@@ -1531,7 +1636,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
     cdef uint32_t x, w, d
     cdef uint64_t bits
-    cdef double lb = e.theta * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0
+    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0
     cdef double a[3]
     cdef bint alive
     for g in range(G):
@@ -1627,18 +1732,25 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                     _add_parts(q, d, w, e.groups[g].idf, a)
             s = (a[0] + a[1]) + a[2]
             _offer(e, s, d)
-            lb = e.theta * (1.0 - EPS)
+            lb = _theta(e) * (1.0 - EPS)
 
 
-cdef void _run(Eng* e, const PList* lists, int64_t n_lists, int64_t window,
-               bint prune) noexcept nogil:
-    """Every segment window by window, then the buffer; e.heap gets the top k."""
+cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
+               int parts) noexcept nogil:
+    """Segment by segment, window by window, then the buffer; e.heap gets the top k of what it
+    scores. With parts == 2, part 0 scores the first half of each segment's windows and the
+    buffer, part 1 the second half."""
     cdef Query* q = e.q
-    cdef int64_t sg, g, li, n
+    cdef int64_t sg, g, li, n, nw, w0, w1, wi
     cdef uint32_t wlo, whi, hi
     cdef const SegView* v
     for sg in range(q.n_views):
         v = &q.views[sg]
+        nw = (<int64_t>v.doc_hi - v.doc_lo + window - 1) // window
+        w0 = 0 if part == 0 else nw // 2
+        w1 = nw if parts == 1 or part == 1 else nw // 2
+        if w0 >= w1:
+            continue
         n = 0
         for g in range(e.G):
             e.goff[g] = n
@@ -1649,21 +1761,32 @@ cdef void _run(Eng* e, const PList* lists, int64_t n_lists, int64_t window,
         e.goff[e.G] = n
         if n == 0:
             continue
-        wlo = v.doc_lo
-        while wlo < v.doc_hi:
+        for wi in range(w0, w1):
+            wlo = v.doc_lo + <uint32_t>(wi * window)
             whi = wlo + <uint32_t>window if v.doc_hi - wlo > <uint32_t>window else v.doc_hi
-            if prune and e.nh == e.k:
+            if prune and _theta(e) >= 0.0:
                 _win_pruned(e, wlo, whi)
             else:
                 _win_full(e, wlo, whi, False)
-            wlo = whi
-    if q.head != NULL:
+    if q.head != NULL and part == 0:
         hi = q.n_docs
         wlo = q.buf_lo
         while wlo < hi:
             whi = wlo + <uint32_t>window if hi - wlo > <uint32_t>window else hi
             _win_full(e, wlo, whi, True)
             wlo = whi
+
+
+cdef struct Job:
+    Eng* e
+    const PList* lists
+    int64_t window
+    bint prune
+
+
+cdef void _run_second_half(void* arg) noexcept nogil:
+    cdef Job* j = <Job*>arg
+    _run(j.e, j.lists, j.window, j.prune, 1, 2)
 
 
 @cython.boundscheck(False)
@@ -1699,6 +1822,90 @@ cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint3
                 e = q.b_next[e]
     memset(q.gbits, 0, <size_t>(8 * ((q.n_docs + 63) >> 6)))
     return df
+
+
+cdef class _Scratch:
+    """The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
+    query (never by the corpus)."""
+    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits
+    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap
+
+    def __cinit__(self):
+        garr_init(&self.w_tf, 4)
+        garr_init(&self.w_acc, 8)
+        garr_init(&self.w_bd, 24)
+        garr_init(&self.w_gl, 4)
+        garr_init(&self.w_bits, 8)
+        garr_init(&self.ls, sizeof(LState))
+        garr_init(&self.goff, 8)
+        garr_init(&self.wub, 8)
+        garr_init(&self.gx, 24)
+        garr_init(&self.gnl, 12)
+        garr_init(&self.gw, 4)
+        garr_init(&self.order, 8)
+        garr_init(&self.heap, sizeof(HeapItem))
+
+    def __dealloc__(self):
+        garr_free(&self.w_tf)
+        garr_free(&self.w_acc)
+        garr_free(&self.w_bd)
+        garr_free(&self.w_gl)
+        garr_free(&self.w_bits)
+        garr_free(&self.ls)
+        garr_free(&self.goff)
+        garr_free(&self.wub)
+        garr_free(&self.gx)
+        garr_free(&self.gnl)
+        garr_free(&self.gw)
+        garr_free(&self.order)
+        garr_free(&self.heap)
+
+    cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
+                    const uint32_t* gterms, int64_t n_lists, int64_t k) except -1:
+        """Size the arrays for the query and point e at them."""
+        if self.w_tf.len == 0:                        # zeroed once; the loops leave them zero
+            garr_extend(&self.w_tf, IX_WINDOW, True)
+            garr_extend(&self.w_acc, IX_WINDOW, False)
+            garr_extend(&self.w_bd, IX_WINDOW, False)
+            garr_extend(&self.w_gl, IX_WINDOW, False)
+            garr_extend(&self.w_bits, IX_WINDOW // 64, True)
+        garr_reserve(&self.ls, n_lists + 1)
+        garr_reserve(&self.goff, G + 1)
+        garr_reserve(&self.wub, G)
+        garr_reserve(&self.gx, G)
+        garr_reserve(&self.gnl, G)
+        garr_reserve(&self.gw, G)
+        garr_reserve(&self.order, G)
+        garr_reserve(&self.heap, k + 1)
+        e.q = q
+        e.groups = groups
+        e.G = G
+        e.gterms = gterms
+        e.ls = <LState*>self.ls.data
+        e.goff = <int64_t*>self.goff.data
+        e.wub = <double*>self.wub.data
+        e.gx = <double*>self.gx.data
+        e.gnl = <int32_t*>self.gnl.data
+        e.order = <int64_t*>self.order.data
+        e.gw = <uint32_t*>self.gw.data
+        e.wtf = <uint32_t*>self.w_tf.data
+        e.wacc = <double*>self.w_acc.data
+        e.wbd = <double*>self.w_bd.data
+        e.gl = <uint32_t*>self.w_gl.data
+        e.wbits = <uint64_t*>self.w_bits.data
+        e.heap = <HeapItem*>self.heap.data
+        e.nh = 0
+        e.k = k
+        e.theta = -1.0
+        e.peer_theta = NULL
+        return 0
+
+    cdef int64_t nbytes(self):
+        return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
+                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.ls)
+                + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
+                + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)
+                + garr_bytes(&self.heap))
 
 
 # ---- the index ---------------------------------------------------------------------------------
@@ -1752,24 +1959,13 @@ cdef class SearchIndex:
         garr_init(&self._a_keys, 8)
         garr_init(&self._a_tids, 4)
         garr_init(&self._s_gbits, 8)
+        self._scr = [_Scratch(), _Scratch()]
+        self._worker = NULL
         garr_init(&self._qlen, 1)
         garr_init(&self._qlen2, 2)
-        garr_init(&self._w_tf, 4)
-        garr_init(&self._w_acc, 8)
-        garr_init(&self._w_bd, 24)
-        garr_init(&self._w_gl, 4)
-        garr_init(&self._w_bits, 8)
         garr_init(&self._q_groups, sizeof(Group))
         garr_init(&self._q_terms, 4)
         garr_init(&self._q_lists, sizeof(PList))
-        garr_init(&self._q_order, 8)
-        garr_init(&self._q_heap, sizeof(HeapItem))
-        garr_init(&self._q_ls, sizeof(LState))
-        garr_init(&self._q_goff, 8)
-        garr_init(&self._q_wub, 8)
-        garr_init(&self._q_gx, 24)
-        garr_init(&self._q_gnl, 12)
-        garr_init(&self._q_gw, 4)
         self._segs = []
         self._keep = []
         self._views = NULL
@@ -1813,24 +2009,12 @@ cdef class SearchIndex:
         garr_free(&self._a_keys)
         garr_free(&self._a_tids)
         garr_free(&self._s_gbits)
+        cvm_worker_free(<cvm_worker*>self._worker)
         garr_free(&self._qlen)
         garr_free(&self._qlen2)
-        garr_free(&self._w_tf)
-        garr_free(&self._w_acc)
-        garr_free(&self._w_bd)
-        garr_free(&self._w_gl)
-        garr_free(&self._w_bits)
         garr_free(&self._q_groups)
         garr_free(&self._q_terms)
         garr_free(&self._q_lists)
-        garr_free(&self._q_order)
-        garr_free(&self._q_heap)
-        garr_free(&self._q_ls)
-        garr_free(&self._q_goff)
-        garr_free(&self._q_wub)
-        garr_free(&self._q_gx)
-        garr_free(&self._q_gnl)
-        garr_free(&self._q_gw)
         PyMem_Free(self._views)
 
     @property
@@ -2346,12 +2530,6 @@ cdef class SearchIndex:
                     ql2[2 * i + 1] = _qlen_code(ln[3 * i + 2])
                     i += 1
             self._qlen.len = self._qlen2.len = n
-        if self._w_tf.len == 0:
-            garr_extend(&self._w_tf, IX_WINDOW, True)
-            garr_extend(&self._w_acc, IX_WINDOW, False)
-            garr_extend(&self._w_bd, IX_WINDOW, False)
-            garr_extend(&self._w_gl, IX_WINDOW, False)
-            garr_extend(&self._w_bits, IX_WINDOW // 64, True)
         return 0
 
     cdef int _prepare(self, Query* q) except -1:
@@ -2490,7 +2668,9 @@ cdef class SearchIndex:
         cdef const uint64_t[::1] qk = _keys_array(query_keys)
         cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
         cdef Query q
-        cdef Eng e
+        cdef Eng e, e2
+        cdef Job job
+        cdef bint parallel
         cdef int64_t G, j, total = 0, m, li, most = 0, nl
         cdef const Group* groups
         cdef const PList* lists
@@ -2501,6 +2681,7 @@ cdef class SearchIndex:
         if k < 0:
             raise ValueError("k must be >= 0")
         self.last_pruned = False
+        self.last_parallel = False
         if k > self._n_live:
             k = self._n_live
         if k == 0 or qk.shape[0] == 0:
@@ -2531,36 +2712,29 @@ cdef class SearchIndex:
             for li in range(self._q_lists.len):
                 nl += lists[li].seg == m
             most = max(most, nl)
-        garr_reserve(&self._q_ls, most + 1)
-        garr_reserve(&self._q_goff, G + 1)
-        garr_reserve(&self._q_wub, G)
-        garr_reserve(&self._q_gx, G)
-        garr_reserve(&self._q_gnl, G)
-        garr_reserve(&self._q_gw, G)
-        garr_reserve(&self._q_order, G)
-        garr_reserve(&self._q_heap, k + 1)
-        e.q = &q
-        e.groups = groups
-        e.G = G
-        e.gterms = gterms
-        e.ls = <LState*>self._q_ls.data
-        e.goff = <int64_t*>self._q_goff.data
-        e.wub = <double*>self._q_wub.data
-        e.gx = <double*>self._q_gx.data
-        e.gnl = <int32_t*>self._q_gnl.data
-        e.order = <int64_t*>self._q_order.data
-        e.gw = <uint32_t*>self._q_gw.data
-        e.wtf = <uint32_t*>self._w_tf.data
-        e.wacc = <double*>self._w_acc.data
-        e.wbd = <double*>self._w_bd.data
-        e.gl = <uint32_t*>self._w_gl.data
-        e.wbits = <uint64_t*>self._w_bits.data
-        e.heap = <HeapItem*>self._q_heap.data
-        e.nh = 0
-        e.k = k
-        e.theta = -1.0
+        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k)
+        parallel = pruned and total >= IX_PAR_MIN and self._n_docs >= 4 * self.window
+        if parallel and not cvm_worker_alive(<cvm_worker*>self._worker):
+            self._worker = cvm_worker_new()           # NULL (no thread): run alone
+            parallel = self._worker != NULL
+        self.last_parallel = parallel
+        if parallel:
+            (<_Scratch>self._scr[1]).engine(&e2, &q, groups, G, gterms, most, k)
+            e.peer_theta = &e2.theta
+            e2.peer_theta = &e.theta
+            job.e = &e2
+            job.lists = lists
+            job.window = self.window
+            job.prune = pruned
         with nogil:
-            _run(&e, lists, self._q_lists.len, self.window, pruned)
+            if parallel:
+                cvm_worker_post(<cvm_worker*>self._worker, _run_second_half, &job)
+                _run(&e, lists, self.window, pruned, 0, 2)
+                cvm_worker_wait(<cvm_worker*>self._worker)
+                for j in range(e2.nh):
+                    e.nh = _heap_offer(&q, e.heap, e.nh, k, e2.heap[j].s, e2.heap[j].d, 0)
+            else:
+                _run(&e, lists, self.window, pruned, 0, 1)
             _heap_sort(&q, e.heap, e.nh)
         docs = np.empty(e.nh, dtype=np.int64)
         scores = np.empty(e.nh, dtype=np.float64)
@@ -2689,15 +2863,10 @@ cdef class SearchIndex:
                        + garr_bytes(&self._qlen) + garr_bytes(&self._qlen2)
                        + garr_bytes(&self._tag_off) + garr_bytes(&self._tag_val))
         scratch = (garr_bytes(&self._a_keys) + garr_bytes(&self._a_tids)
-                   + garr_bytes(&self._s_gbits) + garr_bytes(&self._w_tf)
-                   + garr_bytes(&self._w_acc) + garr_bytes(&self._w_bd)
-                   + garr_bytes(&self._w_gl) + garr_bytes(&self._w_bits)
+                   + garr_bytes(&self._s_gbits)
+                   + (<_Scratch>self._scr[0]).nbytes() + (<_Scratch>self._scr[1]).nbytes()
                    + garr_bytes(&self._q_groups) + garr_bytes(&self._q_terms)
-                   + garr_bytes(&self._q_lists) + garr_bytes(&self._q_order)
-                   + garr_bytes(&self._q_heap) + garr_bytes(&self._q_ls)
-                   + garr_bytes(&self._q_goff) + garr_bytes(&self._q_wub)
-                   + garr_bytes(&self._q_gx) + garr_bytes(&self._q_gnl)
-                   + garr_bytes(&self._q_gw)
+                   + garr_bytes(&self._q_lists)
                    + self._n_views * <int64_t>sizeof(SegView))
         return {"postings": postings, "terms": terms, "doc_columns": doc_columns,
                 "scratch": scratch}
