@@ -1,0 +1,330 @@
+"""Writes whose fdatasync runs on the flusher thread while their in-memory work is done.
+
+A write is answered only once its flush has succeeded. A failed flush (or failed work) leaves
+nothing of the write behind: not in reads, search, scores or health, and not in the log after a
+reopen. Readers on other threads never see a write half applied.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import convmem.api
+from convmem import ConvMemError, MemoryStore
+from convmem._core import pysyncer
+from convmem._core import syncer as core_syncer
+from conftest import meta
+
+FLUSHERS = [core_syncer.Syncer, pysyncer.Syncer]  # compiled (or the twin under CONVMEM_PURE), twin
+
+
+def io_error(call) -> ConvMemError:
+    with pytest.raises(ConvMemError) as info:
+        call()
+    assert info.value.code == "IO_ERROR"
+    return info.value
+
+
+class FailingFlusher:
+    """The store's flusher, except that its next `failures` flushes report EIO (after really
+    flushing, so that only cutting the record back keeps it out of the reopened log)."""
+
+    def __init__(self, real, failures: int = 1) -> None:
+        self.real = real
+        self.failures = failures
+
+    def start(self, fd: int, offset: int = 0, nbytes: int = 0) -> None:
+        self.real.start(fd, offset, nbytes)
+
+    def wait(self) -> None:
+        self.real.wait()
+        if self.failures:
+            self.failures -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+
+def fail_next_flush(store: MemoryStore) -> None:
+    store._log._syncer = FailingFlusher(store._log._syncer)
+
+
+def ids_found(store: MemoryStore, query: str, **kw) -> list[str]:
+    return [r["message_id"] for r in store.search_messages(query=query, **kw)["results"]]
+
+
+def history(store: MemoryStore, session: str) -> list[str]:
+    return [m["message_id"] for m in store.read_messages(session_id=session, limit=100)["history"]]
+
+
+def content(store: MemoryStore, message_id: str) -> dict:
+    return store.read_messages(view="content", message_id=message_id)["content_range"]
+
+
+def counts(store: MemoryStore) -> dict:
+    h = store.get_system_health()
+    return {k: h[k] for k in ("log_size", "active_messages", "session_count", "deleted_messages",
+                              "last_sequence", "update_records", "dead_bytes")}
+
+
+def io_delta(before: dict, after: dict) -> dict:
+    return {k: after["io"][k] - before["io"][k] for k in after["io"]}
+
+
+# -- the flusher on its own ----------------------------------------------------------------
+@pytest.mark.parametrize("make", FLUSHERS)
+def test_flusher_flushes_and_can_be_reused(make, tmp_path):
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        s = make()
+        for i in range(50):
+            os.pwrite(fd, b"x" * 100, 100 * i)
+            s.start(fd, 100 * i, 100)
+            assert s.pending
+            s.wait()
+            assert not s.pending
+        assert os.fstat(fd).st_size == 5000
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("make", FLUSHERS)
+def test_flusher_reports_the_flush_errno(make, tmp_path):
+    s = make()
+    r, w = os.pipe()
+    try:
+        s.start(r)
+        with pytest.raises(OSError) as info:
+            s.wait()
+        assert info.value.errno == errno.EINVAL  # fdatasync of a pipe
+    finally:
+        os.close(r)
+        os.close(w)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    os.close(fd)
+    s.start(fd)  # closed since
+    with pytest.raises(OSError) as info:
+        s.wait()
+    assert info.value.errno == errno.EBADF
+    assert not s.pending
+    fd = os.open(tmp_path / "g", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        s.start(fd)  # a failure leaves it usable
+        s.wait()
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("make", FLUSHERS)
+def test_flusher_runs_one_flush_at_a_time(make, tmp_path):
+    s = make()
+    with pytest.raises(RuntimeError):
+        s.wait()
+    with pytest.raises(ValueError):
+        s.start(-1)
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        s.start(fd)
+        with pytest.raises(RuntimeError):
+            s.start(fd)
+        s.wait()
+        with pytest.raises(RuntimeError):
+            s.wait()
+    finally:
+        os.close(fd)
+
+
+def test_flusher_thread_starts_on_first_use_and_is_joined_when_dropped(tmp_path):
+    threads = 0 if core_syncer is pysyncer else 1  # the twin (CONVMEM_PURE) flushes in wait()
+    tasks = Path("/proc/self/task")
+    n0 = len(list(tasks.iterdir()))
+    s = core_syncer.Syncer()
+    assert len(list(tasks.iterdir())) == n0
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        s.start(fd)
+        s.wait()
+        assert len(list(tasks.iterdir())) == n0 + threads
+        del s
+        assert len(list(tasks.iterdir())) == n0
+    finally:
+        os.close(fd)
+
+
+# -- a failed flush in the store ---------------------------------------------------------
+def test_failed_flush_of_a_new_message_leaves_nothing(store_dir):
+    s = MemoryStore.open(store_dir)
+    kept = s.write_message(session_id="s", role="user", content="alpha shared words",
+                           metadata_json=meta(tags=["t"]))["message"]["message_id"]
+    scores = s.search_messages(query="alpha shared words")
+    c0, h0 = counts(s), s.get_system_health()
+    fail_next_flush(s)
+    io_error(lambda: s.write_message(session_id="ghost", role="user",
+                                     content="alpha shared zebra words",
+                                     metadata_json=meta(tags=["t", "zebra"], summary="zebra")))
+    h1 = s.get_system_health()
+    assert counts(s) == c0
+    assert h1["status"] == "DEGRADED" and h1["last_error"].startswith("IO_ERROR")
+    # Written once, cut back once; the failed flush is not counted, the cut-back's is.
+    d = io_delta(h0, h1)
+    assert d["write_calls"] == 1 and d["truncate_calls"] == 1 and d["flush_calls"] == 1
+    assert os.path.getsize(store_dir / "messages.log") == c0["log_size"]
+    assert ids_found(s, "zebra") == []
+    assert ids_found(s, "alpha", filters_json='{"tags":["zebra"]}') == []
+    assert s.search_messages(query="alpha shared words") == scores  # same docs, same scores
+    assert history(s, "ghost") == []
+    assert [x["session_id"] for x in s.read_messages(view="sessions")["sessions"]] == ["s"]
+
+    # The next writes take the place (and the slot and session numbers) the failed one had.
+    real = s.write_message(session_id="real", role="user", content="zebra crossing")["message"]
+    assert ids_found(s, "zebra") == [real["message_id"]]
+    assert ids_found(s, "zebra", session_id="real") == [real["message_id"]]
+    assert ids_found(s, "zebra", session_id="ghost") == []
+    assert content(s, real["message_id"])["content"] == "zebra crossing"
+    assert counts(s)["last_sequence"] == c0["last_sequence"] + 1
+    # The failed write's doc number stays used, as a dead doc: a store rebuilt from the log,
+    # which never had it, gives the same scores.
+    scores = s.search_messages(query="alpha shared zebra words")
+    s.close()
+    with MemoryStore.open(store_dir) as s:  # from the snapshot written at close
+        assert s.search_messages(query="alpha shared zebra words") == scores
+        assert set(ids_found(s, "alpha")) == {kept}
+        assert history(s, "ghost") == []
+        assert s.get_system_health()["recovered_tail"] is False
+    (store_dir / "snapshot.bin").unlink()
+    with MemoryStore.open(store_dir) as s:  # from the log alone
+        assert s.search_messages(query="alpha shared zebra words") == scores
+        s.rebuild_index()
+        assert s.search_messages(query="alpha shared zebra words") == scores
+
+
+def test_failed_flush_of_an_update_keeps_the_old_version(store_dir):
+    with MemoryStore.open(store_dir) as s:
+        m = s.write_message(session_id="s", role="user", content="old giraffe")["message"]
+        c0 = counts(s)
+        fail_next_flush(s)
+        io_error(lambda: s.update_message(message_id=m["message_id"], content="new okapi",
+                                          metadata_json=meta(memory_kind="semantic")))
+        assert counts(s) == c0
+        now = content(s, m["message_id"])
+        assert now["content"] == "old giraffe" and now["revision"] == 1
+        assert ids_found(s, "giraffe") == [m["message_id"]] and ids_found(s, "okapi") == []
+        assert ids_found(s, "giraffe", filters_json='{"kinds":["semantic"]}') == []
+    with MemoryStore.open(store_dir) as s:
+        assert content(s, m["message_id"])["revision"] == 1 and ids_found(s, "okapi") == []
+        r = s.update_message(message_id=m["message_id"], content="new okapi", expected_revision=1)
+        assert r["message"]["revision"] == 2
+    with MemoryStore.open(store_dir) as s:
+        assert ids_found(s, "okapi") == [m["message_id"]] and ids_found(s, "giraffe") == []
+
+
+def test_failed_flush_of_a_delete_keeps_the_message(store_dir):
+    with MemoryStore.open(store_dir) as s:
+        m = s.write_message(session_id="s", role="user", content="stays here")["message"]
+        c0 = counts(s)
+        fail_next_flush(s)
+        io_error(lambda: s.delete_message(message_id=m["message_id"]))
+        assert counts(s) == c0
+        assert history(s, "s") == [m["message_id"]] and ids_found(s, "stays") == [m["message_id"]]
+    with MemoryStore.open(store_dir) as s:
+        assert history(s, "s") == [m["message_id"]]
+        assert s.delete_message(message_id=m["message_id"]) == {"status": "OK"}
+        assert ids_found(s, "stays") == []
+
+
+def test_replaced_os_fdatasync_is_honoured(store_dir, monkeypatch):
+    """Fault injection by replacing os.fdatasync reaches the store's flushes."""
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s", role="user", content="first")
+        c0 = counts(s)
+
+        def broken(fd: int) -> None:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+        monkeypatch.setattr(os, "fdatasync", broken)
+        io_error(lambda: s.write_message(session_id="s", role="user", content="second"))
+        assert counts(s) == c0 and ids_found(s, "second") == []
+        monkeypatch.undo()
+        s.write_message(session_id="s", role="user", content="third")
+        assert len(history(s, "s")) == 2
+    with MemoryStore.open(store_dir) as s:
+        assert ids_found(s, "second") == [] and len(history(s, "s")) == 2
+
+
+def test_work_that_fails_during_the_flush_withdraws_the_record(store_dir, monkeypatch):
+    real_prepare = convmem.api._prepare
+
+    def broken(rec):
+        raise MemoryError("no room")
+
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s", role="user", content="first")
+        c0 = counts(s)
+        monkeypatch.setattr(convmem.api, "_prepare", broken)
+        with pytest.raises(MemoryError):
+            s.write_message(session_id="s", role="user", content="second")
+        monkeypatch.setattr(convmem.api, "_prepare", real_prepare)
+        assert counts(s) == c0
+        assert os.path.getsize(store_dir / "messages.log") == c0["log_size"]
+        s.write_message(session_id="s", role="user", content="third")
+    with MemoryStore.open(store_dir) as s:
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first", "third"]
+
+
+def test_successful_writes_count_one_write_and_one_flush_each(store):
+    h0 = store.get_system_health()
+    m = store.write_message(session_id="s", role="user", content="a")["message"]
+    store.update_message(message_id=m["message_id"], content="b")
+    store.delete_message(message_id=m["message_id"])
+    h1 = store.get_system_health()
+    d = io_delta(h0, h1)
+    assert d == {"write_bytes": h1["log_size"] - h0["log_size"], "write_calls": 3,
+                 "flush_calls": 3, "truncate_calls": 0, "replace_calls": 0}
+    assert h1["last_sequence"] == 3 and h1["status"] == "OK"
+
+
+# -- concurrency ---------------------------------------------------------------------------
+def test_readers_never_see_a_write_half_applied(store):
+    n_writes = 150
+    done = threading.Event()
+    errors: list[BaseException] = []
+    reads = [0, 0]
+
+    def reader(k: int) -> None:
+        seen_live = 0
+        try:
+            while not done.is_set():
+                found = store.search_messages(query="common", limit=100)["results"]
+                for r in found:
+                    # Every search hit is a whole message: readable by id, at its revision.
+                    got = content(store, r["message_id"])
+                    assert got["revision"] >= r["revision"]
+                live = store.get_system_health()["active_messages"]
+                assert live >= seen_live  # nothing here deletes
+                seen_live = live
+                hist = store.read_messages(session_id="s0", limit=100)["history"]
+                assert [m["timestamp"] for m in hist] == sorted(m["timestamp"] for m in hist)
+                reads[k] += 1
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    ids = []
+    try:
+        for i in range(n_writes):
+            m = store.write_message(session_id=f"s{i % 3}", role="user", content=f"common word {i}")
+            ids.append(m["message"]["message_id"])
+            if i % 5 == 4:
+                store.update_message(message_id=ids[i // 2], content=f"common again {i}")
+    finally:
+        done.set()
+        for t in threads:
+            t.join()
+    assert errors == []
+    assert min(reads) > 0
+    assert store.get_system_health()["active_messages"] == n_writes
+    assert len(store.search_messages(query="common", limit=100)["results"]) == 100
