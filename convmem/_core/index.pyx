@@ -19,8 +19,12 @@ capacities):
   IX_BUF_DOCS docs or IX_BUF_POSTINGS postings; the newest segments merge while the older one is
   not larger (a binary counter: O(log N) segments, each posting re-encoded O(log N) times; a list
   that only one of the merged segments holds is copied as it is). Merges drop dead docs.
-- Scoring scratch (persistent, grown with the corpus, reset only where touched): per-doc packed
-  group tfs, a query mark, three breakdown accumulators, touched-doc lists.
+- Derived columns for the pruning bounds, filled at search time for the docs added since: one-byte
+  field length codes (content apart from summary and tags), and a one-bit-per-doc map used to
+  count the df of multi-key groups.
+- Scoring scratch (`_Scratch`, one per scoring thread): window-sized arrays (4096 docs) and
+  arrays sized by the query; nothing grows with the corpus. Top k: see "top k, document at a
+  time in windows" below and docs/SCORING.md.
 
 The scoring and merge loops run without the GIL; every public method that reads or changes the
 index holds the index's own lock, so threads may share an index (one operation at a time).
