@@ -1,15 +1,33 @@
-"""The MCP server object: tools/list and tools/call over a MemoryStore, transport-agnostic."""
+"""The MCP server object: tools/list and tools/call over a MemoryStore, transport-agnostic.
+
+Where tool calls run: the read tools (search, read, health) are quick, synchronous and touch no
+disk beyond the page cache, so they run on the event loop itself, sparing a worker-thread round
+trip each; writes (fdatasync) and rebuild_index (seconds) run in worker threads so the loop keeps
+reading and answering meanwhile. The store serialises calls with one lock; a read that arrives
+while a threaded call is in flight also goes to a thread, so the loop never waits for that lock.
+
+How a tools/call answer is built: on handshake-era connections (protocol versions up to
+2025-11-25, what hosts use with `initialize`) a server middleware answers well-formed calls with
+the result dict directly, skipping the SDK's request-params and result model round trips; the
+dict is the one the SDK's own serialisation produces (checked against it at import). Anything
+else (2026-07-28 connections, calls carrying `_meta` or other fields, malformed params) takes the
+SDK's ordinary path through `on_call_tool`.
+"""
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import anyio.to_thread
 import mcp.types as types
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel import Server
+from mcp.types.methods import serialize_server_result
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from convmem.errors import INTERNAL_ERROR, VALIDATION_ERROR
 from convmem.tools import READ_TOOL_NAMES, TOOL_SPECS, TOOLS_BY_NAME, ToolOutcome, error_outcome, run_tool
@@ -54,8 +72,74 @@ def _result(outcome: ToolOutcome) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=outcome.text)], is_error=outcome.is_error)
 
 
+def _plain_result(outcome: ToolOutcome) -> dict[str, Any]:
+    """The wire dict of `_result(outcome)` on a handshake-era connection, built directly."""
+    return {"content": [{"text": outcome.text, "type": "text"}], "isError": outcome.is_error}
+
+
+def _versions_answered_plainly() -> frozenset[str]:
+    """Handshake-era protocol versions whose tools/call result, as the SDK serialises it (dump,
+    then the version's result surface), is exactly `_plain_result`, key order included."""
+    same = set()
+    for version in HANDSHAKE_PROTOCOL_VERSIONS:
+        for outcome in (ToolOutcome('{"status":"OK"}', False), ToolOutcome('{"status":"ERROR"}', True)):
+            dumped = _result(outcome).model_dump(by_alias=True, mode="json", exclude_none=True)
+            sdk = serialize_server_result("tools/call", version, dumped)
+            if json.dumps(sdk) != json.dumps(_plain_result(outcome)):
+                break
+        else:
+            same.add(version)
+    return frozenset(same)
+
+
+_PLAIN_VERSIONS = _versions_answered_plainly()
+_PLAIN_PARAMS = frozenset({"name", "arguments"})
+
+
+class ToolCalls:
+    """Runs tool calls on the store: read tools on the event loop while no call is in a worker
+    thread, everything else in worker threads (see the module docstring)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self._threaded = 0  # calls handed to worker threads and not finished yet
+
+    async def run(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
+        """The outcome of one tools/call; never raises (failures become INTERNAL_ERROR)."""
+        try:
+            if name in TOOLS_BY_NAME and name not in READ_TOOL_NAMES and not _may_write(ctx):
+                return error_outcome(VALIDATION_ERROR, f"{name} needs a write token; this token may only read")
+            if name in READ_TOOL_NAMES and not self._threaded:
+                return run_tool(self._store, name, arguments)
+            self._threaded += 1
+            try:
+                return await anyio.to_thread.run_sync(run_tool, self._store, name, arguments)
+            finally:
+                self._threaded -= 1
+        except Exception:
+            logger.exception("tools/call failed unexpectedly")
+            return error_outcome(INTERNAL_ERROR, "internal error")
+
+    async def middleware(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Answers a plain tools/call of an initialized handshake-era connection without the SDK's
+        params and result models; every other message goes down the SDK's chain unchanged."""
+        params = ctx.params
+        if (
+            ctx.method == "tools/call"
+            and ctx.protocol_version in _PLAIN_VERSIONS
+            and ctx.session.client_params is not None  # `initialize` has been answered
+            and isinstance(params, dict)
+            and params.keys() <= _PLAIN_PARAMS
+        ):
+            name, arguments = params.get("name"), params.get("arguments")
+            if isinstance(name, str) and (arguments is None or isinstance(arguments, dict)):
+                return _plain_result(await self.run(ctx, name, arguments))
+        return await call_next(ctx)
+
+
 def build_server(store: Any, version: str) -> Server[Any]:
-    """A low-level MCP server whose seven tools call `store` (a MemoryStore) in worker threads."""
+    """A low-level MCP server whose seven tools call `store` (a MemoryStore)."""
+    calls = ToolCalls(store)
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         if _may_write(ctx):
@@ -63,18 +147,9 @@ def build_server(store: Any, version: str) -> Server[Any]:
         return types.ListToolsResult(tools=[tool for tool in _TOOLS if tool.name in READ_TOOL_NAMES])
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
-        try:
-            if params.name in TOOLS_BY_NAME and params.name not in READ_TOOL_NAMES and not _may_write(ctx):
-                return _result(error_outcome(VALIDATION_ERROR, f"{params.name} needs a write token; this token may only read"))
-            # The store is synchronous and serialises calls itself; a worker thread keeps the event
-            # loop free to read, queue and answer other requests meanwhile.
-            outcome = await anyio.to_thread.run_sync(run_tool, store, params.name, params.arguments)
-        except Exception:
-            logger.exception("tools/call failed unexpectedly")
-            outcome = error_outcome(INTERNAL_ERROR, "internal error")
-        return _result(outcome)
+        return _result(await calls.run(ctx, params.name, params.arguments))
 
-    return Server(
+    server = Server(
         SERVER_NAME,
         version=version,
         instructions=INSTRUCTIONS,
@@ -83,3 +158,6 @@ def build_server(store: Any, version: str) -> Server[Any]:
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+    # After the SDK's own middleware (OpenTelemetry spans), so tracing still sees every call.
+    server.middleware.append(calls.middleware)
+    return server
