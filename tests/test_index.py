@@ -279,6 +279,34 @@ def test_two_threads_give_the_same_top_k(seed: int) -> None:
     assert parallel >= 15
 
 
+def test_session_docs_give_the_same_results() -> None:
+    """A search given the session's docs scores only them; results equal the plain filter's."""
+    c = Corpus(321)
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    sessions = c.rng.integers(0, 200, 6000)
+    for d in range(6000):
+        args = list(c.doc())
+        args[4] = int(sessions[d])
+        for x in (ix, tw):
+            x.add(d, *args)
+        if c.rng.random() < 0.1:
+            victim = int(c.rng.integers(0, d + 1))
+            for x in (ix, tw):
+                x.remove(victim)
+    used = 0
+    for _ in range(120):
+        q, kw, k = c.query(), c.filters(), int(c.rng.choice([1, 5, 20]))
+        s = int(c.rng.integers(0, sessions.max() + 1))
+        kw["session"] = s
+        docs = np.flatnonzero(sessions == s)
+        got = ix.search(q, k, session_docs=docs, **kw)
+        used += ix.last_session_docs
+        assert_same(got, ix.search(q, k, **kw))
+        assert_same(got, tw.search(q, k, **kw))
+    assert used > 60
+    assert_same(ix.search([1, 2], 5, session=0, session_docs=[]), ix.search([1, 2], 5, session=0))
+
+
 def test_window_must_be_a_multiple_of_64() -> None:
     ix = compiled.SearchIndex()
     for bad in (0, 63, 100, 8192):

@@ -183,6 +183,7 @@ cdef class SearchIndex:
     cdef readonly int64_t window        # doc ids per scoring window (a multiple of 64)
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
     cdef readonly bint last_parallel    # whether the last search used two threads
+    cdef readonly bint last_session_docs    # whether it scored only the session's docs
 
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
     cdef int64_t _term_add(self, uint64_t key) except -1

@@ -1839,6 +1839,58 @@ cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
             wlo = whi
 
 
+cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc) noexcept nogil:
+    """Score only the candidate docs (ascending) that lie in segments, probing every group at
+    each, then the buffer window by window (its docs are filtered like anywhere else)."""
+    cdef Query* q = e.q
+    cdef int64_t sg, g, li, n, ci = 0, c0, j
+    cdef uint32_t d, w, wlo, whi, hi
+    cdef const SegView* v
+    cdef double a[3]
+    cdef bint matched
+    for sg in range(q.n_views):
+        v = &q.views[sg]
+        while ci < nc and cand[ci] < v.doc_lo:
+            ci += 1
+        c0 = ci
+        while ci < nc and cand[ci] < v.doc_hi:
+            ci += 1
+        if c0 == ci:
+            continue
+        n = 0
+        for g in range(e.G):
+            e.goff[g] = n
+            for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
+                if lists[li].seg == sg:
+                    _ls_init(q, &e.ls[n], &lists[li])
+                    n += 1
+        e.goff[e.G] = n
+        if n == 0:
+            continue
+        for j in range(c0, ci):
+            d = cand[j]
+            if not _doc_ok(q, d):
+                continue
+            a[0] = 0.0
+            a[1] = 0.0
+            a[2] = 0.0
+            matched = False
+            for g in range(e.G):                      # ascending key order: exact
+                w = _probe_group(e, g, d)
+                if w:
+                    _add_parts(q, d, w, e.groups[g].idf, a)
+                    matched = True
+            if matched:
+                _offer(e, (a[0] + a[1]) + a[2], d)
+    if q.head != NULL:
+        hi = q.n_docs
+        wlo = q.buf_lo
+        while wlo < hi:
+            whi = wlo + IX_WINDOW if hi - wlo > IX_WINDOW else hi
+            _win_full(e, wlo, whi, True)
+            wlo = whi
+
+
 cdef struct Job:
     Eng* e
     const PList* lists
@@ -2719,15 +2771,23 @@ cdef class SearchIndex:
 
     def search(self, query_keys, Py_ssize_t k, int64_t session=-1, int64_t kind_mask=0x3F,
                int64_t tier_mask=0x0F, int64_t min_importance=0, tag_hashes=None,
-               bint exhaustive=False):
-        """Top k live docs for the query keys, best first: (docs, scores, breakdown[n, 3])."""
+               bint exhaustive=False, session_docs=None):
+        """Top k live docs for the query keys, best first: (docs, scores, breakdown[n, 3]).
+
+        `session_docs` (with session >= 0) may list the session's docs in ascending order, every
+        one of them (others are ignored by the session filter anyway): when they are few next to
+        the postings, only they are scored. The result is the same either way.
+        """
         with self._lock:
             return self._search(query_keys, k, session, kind_mask, tier_mask, min_importance,
-                                tag_hashes, exhaustive)
+                                tag_hashes, exhaustive, session_docs)
 
     def _search(self, query_keys, Py_ssize_t k, int64_t session, int64_t kind_mask,
-                int64_t tier_mask, int64_t min_importance, tag_hashes, bint exhaustive):
+                int64_t tier_mask, int64_t min_importance, tag_hashes, bint exhaustive,
+                session_docs):
         cdef const uint64_t[::1] qk = _keys_array(query_keys)
+        cdef const uint32_t[::1] cand = None
+        cdef const uint32_t* cand_p = NULL
         cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
         cdef Query q
         cdef Eng e, e2
@@ -2744,6 +2804,7 @@ cdef class SearchIndex:
             raise ValueError("k must be >= 0")
         self.last_pruned = False
         self.last_parallel = False
+        self.last_session_docs = False
         if k > self._n_live:
             k = self._n_live
         if k == 0 or qk.shape[0] == 0:
@@ -2775,7 +2836,15 @@ cdef class SearchIndex:
                 nl += lists[li].seg == m
             most = max(most, nl)
         (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k)
-        parallel = pruned and total >= IX_PAR_MIN and self._n_docs >= 4 * self.window
+        if session >= 0 and session_docs is not None and not exhaustive:
+            cand = np.ascontiguousarray(session_docs, dtype=np.uint32)
+            if cand.shape[0] * 16 > total:             # postings are cheaper to scan
+                cand = None
+        self.last_session_docs = cand is not None
+        if cand is not None and cand.shape[0] > 0:
+            cand_p = &cand[0]
+        parallel = (pruned and cand is None and total >= IX_PAR_MIN
+                    and self._n_docs >= 4 * self.window)
         if parallel and not cvm_worker_alive(<cvm_worker*>self._worker):
             self._worker = cvm_worker_new()           # NULL (no thread): run alone
             parallel = self._worker != NULL
@@ -2789,7 +2858,9 @@ cdef class SearchIndex:
             job.window = self.window
             job.prune = pruned
         with nogil:
-            if parallel:
+            if cand is not None:
+                _run_docs(&e, lists, cand_p, cand.shape[0])
+            elif parallel:
                 cvm_worker_post(<cvm_worker*>self._worker, _run_second_half, &job)
                 _run(&e, lists, self.window, pruned, 0, 2)
                 cvm_worker_wait(<cvm_worker*>self._worker)

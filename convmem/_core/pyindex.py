@@ -267,7 +267,7 @@ class SearchIndex:
 
     def search(self, query_keys, k: int, session: int = -1, kind_mask: int = 0x3F,
                tier_mask: int = 0x0F, min_importance: int = 0, tag_hashes=None,
-               exhaustive: bool = False):
+               exhaustive: bool = False, session_docs=None):
         if k < 0:
             raise ValueError("k must be >= 0")
         tags = [] if tag_hashes is None else _as_keys(tag_hashes)
