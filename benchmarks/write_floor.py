@@ -1,8 +1,9 @@
 """write_message latency against the durability floor of the same filesystem.
 
 The floor is a bare 1 KiB append to a file followed by os.fdatasync, the least a durable write can
-cost. convmem's write_message (in-process, 1 KiB of content, small metadata) appends its record,
-fdatasyncs, then updates its in-memory indexes. Both run in the same process, in the same
+cost. convmem's write_message (in-process, 1 KiB of content, small metadata) validates and encodes,
+appends its record, indexes it while the record's fdatasync runs on the flusher thread, and
+commits it once the flush has returned. Both run in the same process, in the same
 directory, interleaved one by one after a warm-up, so that they see the same disk and the same
 noise. Reported: median, p99 and mean of each, and convmem minus floor in microseconds.
 

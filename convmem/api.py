@@ -2,7 +2,8 @@
 
 Each tool method takes the tool's arguments as keyword arguments, returns the dict that the tool's
 JSON text holds, and raises ConvMemError for application errors. All calls are serialised by one
-lock: a write is appended and fdatasync'ed before it is applied in memory and acknowledged.
+lock. A write is acknowledged only once its record has been fdatasync'ed; its in-memory work runs
+while the flush does (on the flusher thread) and is committed after it (docs/DESIGN.md).
 """
 from __future__ import annotations
 
@@ -520,24 +521,30 @@ class MemoryStore:
                 self._slot_doc.data[slot] = -1
 
     # -- applying records ------------------------------------------------------------------
-    # A new message is applied in two steps: _stage_new puts its doc into the index and the doc
-    # columns (the costly part, done while the write's flush is in flight, and undone by
-    # _unstage_new if the flush fails); _commit_new makes the message exist (its slot, session
-    # history and relations). Nothing reads the store between the two: the caller holds _mutex.
+    # A version is applied in two steps: its doc goes into the index and the doc columns first
+    # (_stage_new, _add_doc: the costly part, done while a write's flush is in flight and undone
+    # by _unstage if the flush fails), then it is committed (_commit_new: the message's slot,
+    # session history and relations; _commit_version: it replaces the current version). Nothing
+    # reads the store in between: the caller holds _mutex.
     def _apply_message(self, rec: Record, offset: int, frame_len: int,
-                       prep: _Prepared | None = None,
-                       old_keys: tuple[Any, Any, Any] | None = None) -> int:
-        """Apply a MESSAGE record; `prep` and `old_keys` (the replaced version's key arrays) when
-        the caller computed them already."""
+                       prep: _Prepared | None = None) -> int:
+        """Apply a MESSAGE record (replay, import); returns its slot."""
         if prep is None:
             prep = _prepare(rec)
-        ulid, kind = rec[0], rec[5]
-        slot = self._ids.get(ulid)
+        slot = self._ids.get(rec[0])
         if slot is None:
             return self._commit_new(rec, self._stage_new(rec, offset, frame_len, prep), frame_len)
+        doc = self._add_doc(rec, offset, frame_len, slot, int(self._slot_session.data[slot]), prep)
+        self._commit_version(rec, slot, doc, frame_len)
+        return slot
+
+    def _commit_version(self, rec: Record, slot: int, doc: int, frame_len: int,
+                        old_keys: tuple[Any, Any, Any] | None = None) -> None:
+        """Make `doc` the current version of the message in `slot`; `old_keys`: the replaced
+        version's key arrays, when the caller has them (else they are read from the log)."""
+        kind = rec[5]
         old_doc = int(self._slot_doc.data[slot])
         num = int(self._slot_session.data[slot])
-        doc = self._add_doc(rec, offset, frame_len, slot, num, prep)
         if old_doc >= 0:
             old_kind = int(self._doc_kind.data[old_doc])
             self._index.remove(old_doc, *(old_keys or self._index_keys(old_doc)))
@@ -545,7 +552,7 @@ class MemoryStore:
             if old_kind != kind:
                 self._sessions.change_kind(num, old_kind, kind)
         else:
-            self._sessions.insert(num, int(self._slot_ts.data[slot]), slot, ulid, kind)
+            self._sessions.insert(num, int(self._slot_ts.data[slot]), slot, rec[0], kind)
         self._slot_doc.data[slot] = doc
         if old_doc >= 0 and (rec[13] or self._doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
             self._relations.set(slot, rec[13])
@@ -555,7 +562,6 @@ class MemoryStore:
         if rec[3] > 1:
             self._update_records += 1
         self._records_since_snapshot += 1
-        return slot
 
     def _stage_new(self, rec: Record, offset: int, frame_len: int, prep: _Prepared) -> int:
         """A new message's doc, numbered as _commit_new will number its slot and session."""
@@ -563,7 +569,7 @@ class MemoryStore:
         num = s.num if s is not None else len(self._sessions.by_num)
         return self._add_doc(rec, offset, frame_len, len(self._ids), num, prep)
 
-    def _unstage_new(self, doc: int, prep: _Prepared) -> None:
+    def _unstage(self, doc: int, prep: _Prepared) -> None:
         """Withdraw a staged doc whose record did not become durable. Its number stays used, as a
         dead doc like a replaced version (the index gives the same scores without it, see
         docs/SCORING.md), with no record: offset -1 keeps it out of damage checks."""
@@ -649,9 +655,9 @@ class MemoryStore:
         """Append one record (the next sequence number) and run `work(offset)` while its flush
         runs on the flusher thread; returns (offset, what work returned) once it is durable.
 
-        `work` must leave the store as it was, or be undone exactly by `undo(its result)`, which
-        runs if the flush fails (IO_ERROR, the record cut back off the log). If `work` raises,
-        the record is withdrawn and its exception passes on.
+        What `work` changes must be invisible to reads until the caller commits it, and be
+        withdrawn by `undo(its result)`, which runs if the flush fails (IO_ERROR: the record is
+        cut back off the log). If `work` raises, the record is cut back and the exception passes.
         """
         offset = self._begin_append(frame)
         try:
@@ -809,7 +815,7 @@ class MemoryStore:
 
             try:
                 _, (doc, prep, answer) = self._append_overlapped(
-                    frame, stage, lambda staged: self._unstage_new(staged[0], staged[1]))
+                    frame, stage, lambda staged: self._unstage(staged[0], staged[1]))
             except BaseException:
                 self._ulid_last = ulid_last  # the id was not used
                 raise
@@ -846,13 +852,17 @@ class MemoryStore:
             frame = codec.encode_record(codec.REC_MESSAGE, self._last_seq + 1,
                                         codec.encode_message(*new))
 
-            def prepare(offset: int) -> tuple[_Prepared, tuple[Any, Any, Any], dict[str, Any]]:
+            def stage(offset: int) -> tuple[int, _Prepared, tuple[Any, Any, Any], dict[str, Any]]:
+                prep = _prepare(new)
+                answer = {"status": "OK", "changed": True, "message": self._message(new)}
+                doc = self._add_doc(new, offset, len(frame), slot,
+                                    int(self._slot_session.data[slot]), prep)
                 # The old version's keys come from the record read above, not from the log again.
-                return (_prepare(new), _field_keys(rec),
-                        {"status": "OK", "changed": True, "message": self._message(new)})
+                return doc, prep, _field_keys(rec), answer
 
-            offset, (prep, old_keys, answer) = self._append_overlapped(frame, prepare)
-            self._apply_message(new, offset, len(frame), prep, old_keys)
+            _, (doc, _, old_keys, answer) = self._append_overlapped(
+                frame, stage, lambda staged: self._unstage(staged[0], staged[1]))
+            self._commit_version(new, slot, doc, len(frame), old_keys)
             self._after_write()
             return answer
 
