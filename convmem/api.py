@@ -77,6 +77,9 @@ def _find_damage(mm: Any, end: int) -> list[tuple[int, int, str]]:
     return found
 
 
+_SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
+
+
 class _Budget:
     """The ~8 MiB response budget: items are taken while they fit; the first always fits."""
 
@@ -1133,16 +1136,21 @@ class MemoryStore:
         with self._mutex:
             self._check_open()
             session_num = -1
+            session_docs = None
             if name is not None:
                 s = self._sessions.get(name)
                 if s is None or s.n == 0:
                     return {"results": results}
                 session_num = s.num
+                if s.n <= _SESSION_DOCS_MAX:
+                    # The index may score just these instead of scanning postings for them.
+                    session_docs = self._slot_doc.data[s.slots[:s.n]]
+                    session_docs = np.sort(session_docs[session_docs >= 0])
             if len(keys) == 0:
                 return {"results": results}
             docs, scores, parts = self._index.search(
                 keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
-                min_importance=min_imp, tag_hashes=tag_hashes)
+                min_importance=min_imp, tag_hashes=tag_hashes, session_docs=session_docs)
             budget = _Budget()
             for doc, score, (c, sm, tg) in zip(docs.tolist(), scores.tolist(), parts.tolist()):
                 rec = self._record(doc)
