@@ -99,9 +99,13 @@ class _Budget:
 def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The token keys of a message's content, summary and tags (all tags' tokens together)."""
     summary, tags = rec[11], rec[12]
-    return (tok.token_keys(rec[9]),
-            tok.token_keys(summary) if summary else _EMPTY_KEYS,
-            np.concatenate([tok.token_keys(t) for t in tags]) if tags else _EMPTY_KEYS)
+    if not tags:
+        tag_keys = _EMPTY_KEYS
+    elif len(tags) == 1:
+        tag_keys = tok.token_keys(tags[0])  # (no concatenate for the common single tag)
+    else:
+        tag_keys = np.concatenate([tok.token_keys(t) for t in tags])
+    return (tok.token_keys(rec[9]), tok.token_keys(summary) if summary else _EMPTY_KEYS, tag_keys)
 
 
 class _Prepared(NamedTuple):

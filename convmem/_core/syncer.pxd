@@ -24,7 +24,15 @@ cdef extern from "<signal.h>" nogil:
     enum: SIG_BLOCK
 
 cdef extern from "<sched.h>" nogil:
+    ctypedef struct cpu_set_t:
+        pass
+    void CPU_ZERO(cpu_set_t* s)
+    void CPU_SET(int cpu, cpu_set_t* s)
+    int sched_getcpu()
     int sched_yield()
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_setaffinity_np(pthread_t thread, size_t size, const cpu_set_t* s)
 
 cdef extern from "<fcntl.h>" nogil:
     # Linux; Python.h defines _GNU_SOURCE, which declares it.
@@ -47,6 +55,7 @@ cdef class Syncer:
     cdef pthread_t thread
     cdef bint running           # the worker thread exists
     cdef long owner_pid         # the process that started the worker (a fork child has none)
+    cdef int worker_cpu         # the CPU the worker is bound to (-1: not bound)
     cdef void _init_state(self) noexcept
     cdef int _ensure_worker(self) except -1
     cdef int _stop_worker(self) noexcept

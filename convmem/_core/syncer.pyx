@@ -8,15 +8,17 @@ that never takes the GIL) and returns at once; `wait()` blocks, without the GIL,
 fdatasync has returned and raises OSError with its errno if it failed. One request is in flight at
 a time: the store holds its lock from the write to the wait().
 
-Why this shape (measured on 2 shared cores, benchmarks/write_floor.py):
+Why this shape (measured on a 2-vCPU VM shared with other work, benchmarks/write_floor.py):
 - A Python thread would not do: it needs the GIL, which the caller holds while it works.
-- The kernel wakes the worker on the caller's CPU and does not preempt the caller for it: the
-  fdatasync would only start once the caller blocks in wait(). start() therefore yields the CPU
-  once (sched_yield), so that a worker queued behind the caller submits its flush at once; when the
-  worker runs elsewhere the yield returns immediately.
 - Submitting the data writeback from the caller (sync_file_range) puts the data on its way to
   the device without waiting for any thread; the worker's fdatasync then waits for it and commits
   the file size. Its errors are not checked there: fdatasync reports every writeback error.
+- The worker is bound to the caller's CPU (re-bound when the caller has moved). Waking a thread
+  on an idle vCPU cost ~35 us each way, more than the whole overlap wins; on the caller's CPU the
+  hand-over is a context switch.
+- The kernel does not preempt the caller for a worker woken on its CPU: the fdatasync would only
+  start once the caller blocks in wait(). start() therefore yields the CPU once (sched_yield); the
+  worker submits its flush and sleeps, and the caller goes on.
 
 The pure-Python twin `convmem._core.pysyncer` has the same API and flushes in `wait()`.
 """
@@ -68,6 +70,7 @@ cdef class Syncer:
         self._init_state()
         self.running = False
         self.owner_pid = 0
+        self.worker_cpu = -1
 
     def __dealloc__(self):
         if self.st == NULL:
@@ -107,6 +110,7 @@ cdef class Syncer:
             raise OSError(rc, f"cannot start the fdatasync thread: {strerror(rc).decode()}")
         self.running = True
         self.owner_pid = pid
+        self.worker_cpu = -1
         return 0
 
     cdef int _stop_worker(self) noexcept:
@@ -122,6 +126,8 @@ cdef class Syncer:
     def start(self, int fd, long long offset=0, long long nbytes=0) -> None:
         """Start the writeback of fd's bytes [offset, offset + nbytes) (nbytes 0: to the end),
         post fdatasync(fd) to the worker and return; collect the outcome with wait()."""
+        cdef int cpu
+        cdef cpu_set_t cpus
         if fd < 0 or offset < 0 or nbytes < 0:
             raise ValueError("fd, offset and nbytes must not be negative")
         self._ensure_worker()
@@ -132,6 +138,13 @@ cdef class Syncer:
         # The GIL is kept throughout: these calls are short, and a GIL handed to another thread
         # here could take the interpreter's switch interval (5 ms) to come back.
         sync_file_range(fd, offset, nbytes, SYNC_FILE_RANGE_WRITE)
+        cpu = sched_getcpu()
+        if cpu != self.worker_cpu and cpu >= 0:
+            CPU_ZERO(&cpus)
+            CPU_SET(cpu, &cpus)
+            # Best effort: a worker left elsewhere is slower, never wrong.
+            pthread_setaffinity_np(self.thread, sizeof(cpus), &cpus)
+            self.worker_cpu = cpu
         self.st.fd = fd
         self.st.err = 0
         self.st.phase = PHASE_POSTED
