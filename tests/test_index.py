@@ -223,19 +223,6 @@ def test_block_maxima_stay_bounds_when_avgdl_moves(short_first: bool) -> None:
             assert_same(got, tw.search(q, k))
 
 
-@pytest.mark.parametrize("n", [0, 1, 24, 25, 64, 65, 500, 4000, 100_000])
-def test_key_sort_matches_numpy(n: int) -> None:
-    """The indexing path counts term frequencies from sorted keys: random, duplicated,
-    ascending, descending and constant inputs all sort like numpy."""
-    rng = np.random.default_rng(n)
-    cases = [rng.integers(0, 2**64, size=n, dtype=np.uint64),
-             rng.integers(0, 7, size=n).astype(np.uint64),
-             np.arange(n, dtype=np.uint64), np.arange(n, dtype=np.uint64)[::-1],
-             np.full(n, 2**63 + 5, dtype=np.uint64)]
-    for keys in cases:
-        assert np.array_equal(compiled._sorted_keys(keys), np.sort(keys))
-
-
 def test_one_byte_lengths_round_down_by_at_most_a_sixteenth() -> None:
     """The pruning bounds read content lengths from one byte: never above the true length
     (so the bound is not below the score), and close to it (so it prunes)."""

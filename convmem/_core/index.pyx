@@ -6,7 +6,8 @@ Scoring is defined in docs/SCORING.md; `pyindex` is the readable twin and the te
 Structures (all memory through PyMem_* or numpy, so tracemalloc sees it; `nbytes()` sums
 capacities):
 
-- Term dictionary: `_t_keys` (uint64 by term id, ids in order of first appearance), `_t_df` (live
+- Term dictionary: `_t_keys` (uint64 by term id, ids in order of first appearance: doc by doc,
+  field by field, key by key), `_t_df` (live
   docs per term, any field), `_t_table` (open addressing, linear probing over `mix64(key)`, slots
   hold term id + 1; at most half full).
 - Doc columns (growable arrays): meta byte (live bit, kind, tier), importance, session (int32),
@@ -217,73 +218,6 @@ cdef void radix_sort_u32(uint32_t* a, uint32_t* tmp, int64_t n) noexcept nogil:
 
 cdef extern from *:
     void __builtin_prefetch(const void*) nogil
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _quicksort_u64(uint64_t* a, int64_t lo, int64_t hi, int depth) noexcept nogil:
-    """Sort a[lo:hi] ascending: quicksort (median of three, Hoare partition) down to runs of
-    24, left for the caller's insertion sort; libc's qsort past `depth` levels (adversarial
-    input). Several times faster than qsort's comparator calls on the keys of a long message."""
-    cdef int64_t i, j, mid
-    cdef uint64_t p, t, x, y, z
-    while hi - lo > 24:
-        if depth == 0:
-            qsort(a + lo, <size_t>(hi - lo), 8, _cmp_u64)
-            return
-        depth -= 1
-        mid = lo + (hi - lo) // 2
-        x = a[lo]
-        y = a[mid]
-        z = a[hi - 1]
-        p = x if x < y else y                         # the median of the three
-        t = y if x < y else x
-        if z < t:
-            t = z
-        if t > p:
-            p = t
-        i = lo
-        j = hi - 1
-        while True:
-            while a[i] < p:
-                i += 1
-            while a[j] > p:
-                j -= 1
-            if i >= j:
-                break
-            t = a[i]
-            a[i] = a[j]
-            a[j] = t
-            i += 1
-            j -= 1
-        # a[lo:j+1] <= p <= a[j+1:hi]: recurse into the smaller side, loop on the larger
-        if j + 1 - lo < hi - j - 1:
-            _quicksort_u64(a, lo, j + 1, depth)
-            lo = j + 1
-        else:
-            _quicksort_u64(a, j + 1, hi, depth)
-            hi = j + 1
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _sort_u64(uint64_t* a, int64_t n) noexcept nogil:
-    """Sort ascending: quicksort into short runs, then one insertion sort pass."""
-    cdef int64_t i, j, m = n
-    cdef uint64_t x
-    cdef int depth = 4
-    if n > 24:
-        while m > 1:                                  # 2 log2(n) + 4 levels before qsort
-            m >>= 1
-            depth += 2
-        _quicksort_u64(a, 0, n, depth)
-    for i in range(1, n):
-        x = a[i]
-        j = i - 1
-        while j >= 0 and a[j] > x:
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = x
 
 
 cdef int64_t _sort_unique_u32(uint32_t* a, int64_t n) noexcept nogil:
@@ -1042,15 +976,6 @@ cdef inline uint32_t _qlen_value(int c) noexcept nogil:
     if c < 64:
         return <uint32_t>c
     return <uint32_t>(16 + (c - 64) % 16) << ((c - 64) // 16 + 2)
-
-
-def _sorted_keys(keys) -> object:
-    """Tests: the keys sorted by the sort the indexing path uses."""
-    cdef cnp.ndarray out = np.array(keys, dtype=np.uint64, copy=True)
-    cdef int64_t n = out.shape[0]
-    with nogil:
-        _sort_u64(<uint64_t*>cnp.PyArray_DATA(out), n)
-    return out
 
 
 def _qlen_floor(uint32_t n) -> int:
@@ -2299,33 +2224,49 @@ cdef class SearchIndex:
     @cython.boundscheck(False)
     @cython.wraparound(False)
     cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1:
-        """Buffer the postings of one field: sort the keys, count runs, chain one posting per term.
+        """Buffer the postings of one field: count each distinct key in a small hash table (no
+        sort: the order of a doc's terms does not matter), chain one posting per term.
 
         The dictionary probes of all the field's terms are prefetched first: at a million docs
         the table, the keys, df and the chain heads are each a cache miss a term, and the misses
         of different terms then overlap instead of following each other.
         """
         cdef uint64_t* sk
-        cdef int64_t i, m = 0, t, e, k
+        cdef uint64_t* hk
+        cdef int64_t i, m = 0, t, e, k, cap = 16, h
         cdef int32_t* head
         cdef const uint32_t* table
-        cdef uint64_t mask
+        cdef uint64_t mask, key
         cdef uint32_t v
+        cdef uint8_t* hc
         cdef uint8_t* cnt
         if n == 0:
             return 0
-        garr_reserve(&self._a_keys, 2 * n)
-        sk = <uint64_t*>self._a_keys.data
-        memcpy(sk, keys, <size_t>(8 * n))
-        _sort_u64(sk, n)
-        cnt = <uint8_t*>(sk + n)                      # run lengths (capped), after the keys
+        while cap < 2 * n:
+            cap <<= 1
+        # scratch: hash keys (cap), distinct keys (n), their counts (n bytes), hash counts (cap bytes)
+        garr_reserve(&self._a_keys, cap + n + (n + cap) // 8 + 2)
+        hk = <uint64_t*>self._a_keys.data
+        sk = hk + cap
+        cnt = <uint8_t*>(sk + n)
+        hc = cnt + n
+        memset(hc, 0, <size_t>cap)
         for i in range(n):
-            if i == 0 or sk[i] != sk[m - 1]:
-                sk[m] = sk[i]
-                cnt[m] = 1
+            key = keys[i]
+            h = <int64_t>(mix64(key) & <uint64_t>(cap - 1))
+            while hc[h] and hk[h] != key:
+                h = (h + 1) & (cap - 1)
+            if hc[h] == 0:
+                hk[h] = key
+                sk[m] = <uint64_t>h                   # the slot, for now
                 m += 1
-            elif cnt[m - 1] < IX_TF_CAP:
-                cnt[m - 1] += 1
+                hc[h] = 1
+            elif hc[h] < IX_TF_CAP:
+                hc[h] += 1
+        for i in range(m):
+            h = <int64_t>sk[i]
+            sk[i] = hk[h]
+            cnt[i] = hc[h]
         table = <const uint32_t*>self._t_table.data
         mask = <uint64_t>self._t_table.len - 1
         for i in range(m):

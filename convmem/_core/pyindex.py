@@ -206,7 +206,7 @@ class SearchIndex:
         tfs = []
         for keys in fields:
             counts = Counter(keys)
-            for key in sorted(counts):  # new terms get ids field by field, keys ascending
+            for key in counts:  # new terms get ids field by field, in order of first occurrence
                 if key not in self._term_ids:
                     self._term_ids[key] = len(self._term_keys)
                     self._term_keys.append(key)
