@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -149,6 +151,36 @@ def test_flusher_thread_starts_on_first_use_and_is_joined_when_dropped(tmp_path)
         assert len(list(tasks.iterdir())) == n0 + threads
         del s
         assert len(list(tasks.iterdir())) == n0
+    finally:
+        os.close(fd)
+
+
+def test_flusher_works_in_a_fork_child(tmp_path):
+    """A child has no copy of the worker thread: the flusher starts a new one there."""
+    s = core_syncer.Syncer()
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        s.start(fd)
+        s.wait()
+        pid = os.fork()
+        if pid == 0:  # child: flush twice, then report success by exit status
+            code = 1
+            try:
+                for _ in range(2):
+                    s.start(fd)
+                    s.wait()
+                code = 7
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if done[0] == 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert done[0] == pid and os.waitstatus_to_exitcode(done[1]) == 7
+        s.start(fd)  # the parent's worker is untouched
+        s.wait()
     finally:
         os.close(fd)
 
