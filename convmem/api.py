@@ -662,9 +662,10 @@ class MemoryStore:
         """Append one record (the next sequence number) and run `work(offset)` while its flush
         runs on the flusher thread; returns (offset, what work returned) once it is durable.
 
-        What `work` changes must be invisible to reads until the caller commits it, and be
-        withdrawn by `undo(its result)`, which runs if the flush fails (IO_ERROR: the record is
-        cut back off the log). If `work` raises, the record is cut back and the exception passes.
+        What `work` changes in the store must be invisible to reads until the caller commits it,
+        must come last in it (if `work` raises, the record is cut back and the exception passes
+        on, nothing is undone), and is withdrawn by `undo(its result)` if the flush fails
+        (IO_ERROR: the record is cut back off the log).
         """
         offset = self._begin_append(frame)
         try:
@@ -861,15 +862,16 @@ class MemoryStore:
 
             def stage(offset: int) -> tuple[int, _Prepared, tuple[Any, Any, Any], dict[str, Any]]:
                 prep = _prepare(new)
-                answer = {"status": "OK", "changed": True, "message": self._message(new)}
-                doc = self._add_doc(new, offset, len(frame), slot,
-                                    int(self._slot_session.data[slot]), prep)
                 # The old version's keys come from the record read above, not from the log again.
-                return doc, prep, _field_keys(rec), answer
+                old_keys = _field_keys(rec)
+                answer = {"status": "OK", "changed": True, "message": self._message(new)}
+                new_doc = self._add_doc(new, offset, len(frame), slot,
+                                        int(self._slot_session.data[slot]), prep)
+                return new_doc, prep, old_keys, answer
 
-            _, (doc, _, old_keys, answer) = self._append_overlapped(
+            _, (new_doc, _, old_keys, answer) = self._append_overlapped(
                 frame, stage, lambda staged: self._unstage(staged[0], staged[1]))
-            self._commit_version(new, slot, doc, len(frame), old_keys)
+            self._commit_version(new, slot, new_doc, len(frame), old_keys)
             self._after_write()
             return answer
 
