@@ -18,7 +18,6 @@ from .io import IoCounters, fsync_dir, pwrite_all, write_all
 
 LOG_NAME = "messages.log"
 _FDATASYNC = os.fdatasync  # see _flusher
-_REMAP_MIN = 1 << 20  # map again once this many bytes (or 1/8 of the map) were appended since
 
 
 class LogFile:
@@ -32,12 +31,6 @@ class LogFile:
         self.io = io
         self._syncer = syncer.Syncer()  # its thread starts with the first begin_append
         self._in_flight: tuple[int, int, pysyncer.Syncer | syncer.Syncer] | None = None
-        # Reads of flushed records come from a read-only map (no system call a record once its
-        # pages are mapped); records appended since it was made are read with pread until enough
-        # of them accumulate to map again. Only flushed bytes are ever read, and a failed append
-        # only cuts bytes past them, so the map never covers a cut part.
-        self._rmap: mmap.mmap | None = None
-        self._rmap_size = 0
 
     # -- opening -------------------------------------------------------------------------
     @classmethod
@@ -152,9 +145,6 @@ class LogFile:
 
     def truncate(self, size: int) -> None:
         """Cut the file to `size` durably (torn-tail repair)."""
-        if self._rmap is not None and self._rmap_size > size:
-            self._rmap.close()
-            self._rmap, self._rmap_size = None, 0
         try:
             os.ftruncate(self.fd, size)
             self.io.truncate_calls += 1
@@ -166,33 +156,14 @@ class LogFile:
 
     # -- reading -------------------------------------------------------------------------
     def read(self, offset: int, length: int) -> bytes:
-        end = offset + length
-        if end > self._rmap_size and end <= self.size and self.size - self._rmap_size >= max(
-                _REMAP_MIN, self._rmap_size >> 3):
-            self._remap()
-        if end <= self._rmap_size:
-            return self._rmap[offset:end]  # type: ignore[index]  # a bytes copy: no exports
         data = os.pread(self.fd, length, offset)
         if len(data) != length:
             raise ConvMemError(CORRUPT_STORE, f"log record at byte offset {offset} is cut short")
         return data
 
-    def _remap(self) -> None:
-        old = self._rmap
-        try:
-            self._rmap = mmap.mmap(self.fd, self.size, access=mmap.ACCESS_READ)
-            self._rmap_size = self.size
-        except (OSError, ValueError):  # e.g. no address space: pread keeps working
-            self._rmap, self._rmap_size = None, 0
-        if old is not None:
-            old.close()
-
     def close(self) -> None:
         if self._in_flight is not None:  # (not reached: callers finish what they begin)
             self.abort_append()
-        if self._rmap is not None:
-            self._rmap.close()
-            self._rmap, self._rmap_size = None, 0
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
