@@ -56,6 +56,7 @@ _EMPTY_KEYS = np.zeros(0, dtype=np.uint64)
 _REVISION = struct.Struct("<I")  # at payload offset 32 (docs/FORMAT.md)
 
 Record = tuple  # decoded MESSAGE payload: see codec.decode_message
+_MAX_MS = (1 << 48) - 1  # timestamps: 48 bits, as in a ULID
 _T = TypeVar("_T")
 
 
@@ -801,9 +802,9 @@ class MemoryStore:
     # =====================================================================================
     def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
                       metadata_json: Any = None) -> dict[str, Any]:
-        session, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
-        role_i = v.ROLES.index(v.choice("role", role, v.ROLES))
-        body, _ = v.text("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+        session = v.string("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        role_i = v.role(role)
+        body = v.string("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
         fields = {} if metadata_json is None else v.metadata_fields(
             v.json_arg("metadata_json", metadata_json))
         meta = v.apply_metadata(None, fields)
@@ -835,7 +836,7 @@ class MemoryStore:
                        metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
         if content is not None:
-            content, _ = v.text("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+            content = v.string("content", content, min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
         fields = None if metadata_json is None else v.metadata_fields(
             v.json_arg("metadata_json", metadata_json))
         expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
@@ -1410,41 +1411,86 @@ class MemoryStore:
                     results.append(exc)
             if not prepared or (all_or_nothing and len(prepared) != len(items)):
                 return results
-            frames = []
+            encode_message, encode_record, rtype = codec.encode_message, codec.encode_record, codec.REC_MESSAGE
             seq = self._last_seq
-            for rec in prepared:
-                seq += 1
-                payload = codec.encode_message(*rec[:8], *rec[8:])
-                frames.append(codec.encode_record(codec.REC_MESSAGE, seq, payload))
+            frames = [encode_record(rtype, seq + i, encode_message(*rec))
+                      for i, rec in enumerate(prepared, start=1)]
             offsets = self._append(frames)
-            self._last_seq = seq
+            self._last_seq = seq + len(frames)
             self._last_record_offset = offsets[-1]
-            for rec, off, frame in zip(prepared, offsets, frames):
-                self._apply_message(rec, off, len(frame))
+            self._apply_new_batch(prepared, offsets, [len(f) for f in frames])
             self._after_write()
         return results
+
+    def _apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
+        """Apply appended records of new messages (ids checked unused) as _apply_message would
+        one by one, with each column extended once for the batch."""
+        index, ids, sessions, relations = self._index, self._ids, self._sessions, self._relations
+        by_name, by_num = sessions.by_name, sessions.by_num
+        doc0 = index.n_docs
+        slot0 = len(ids)
+        nums: list[int] = []
+        flags: list[int] = []
+        hashes: dict[str, int] = {}  # tag -> hash, for the tags repeated within the batch
+        try:
+            for doc, rec in enumerate(recs, start=doc0):
+                ulid, ts, kind, tags = rec[0], rec[1], rec[5], rec[12]
+                s = by_name.get(rec[8])
+                num = s.num if s is not None else len(by_num)
+                if tags:
+                    for t in tags:
+                        if t not in hashes:
+                            hashes[t] = tok.hash_utf8(t.encode("utf-8"))
+                    tag_hashes = np.array([hashes[t] for t in tags], dtype=np.uint64)
+                else:
+                    tag_hashes = _EMPTY_KEYS
+                index.add(doc, *_field_keys(rec), tag_hashes, num, kind, rec[6], rec[7], ts, ulid)
+                slot = ids.add(ulid)
+                sessions.number(rec[8])
+                sessions.insert(num, ts, slot, ulid, kind)
+                if rec[13]:
+                    relations.add_new(slot, rec[13])
+                nums.append(num)
+                flags.append((FLAG_HAS_SUMMARY if rec[11] is not None else 0)
+                             | (FLAG_HAS_RELATIONS if rec[13] else 0))
+        finally:
+            # The columns of the records applied (all of them unless one raised).
+            n = len(nums)
+            self._doc_offset.extend(offsets[:n])
+            self._doc_len.extend(lengths[:n])
+            self._doc_slot.extend(range(slot0, slot0 + n))
+            self._doc_kind.extend([rec[5] for rec in recs[:n]])
+            self._doc_flags.extend(flags)
+            self._slot_doc.extend(range(doc0, doc0 + n))
+            self._slot_session.extend(nums)
+            self._slot_ts.extend([rec[1] for rec in recs[:n]])
+            self._live_bytes += sum(lengths[:n])
+            self._update_records += sum(1 for rec in recs[:n] if rec[3] > 1)
+            self._records_since_snapshot += n
 
     def _prepare_import(self, item: Any) -> Record:
         if not isinstance(item, dict):
             raise v.fail("each imported item must be a JSON object")
-        if item.keys() - IMPORT_FIELDS:
+        if not IMPORT_FIELDS.issuperset(item):
             raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(IMPORT_FIELDS))}")
-        session, _ = v.text("session_id", item.get("session_id"), min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
-        role_i = v.ROLES.index(v.choice("role", item.get("role"), v.ROLES))
-        body, _ = v.text("content", item.get("content"), min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
-        raw_meta = item.get("metadata")
+        get = item.get
+        session = v.string("session_id", get("session_id"), min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+        role_i = v.role(get("role"))
+        body = v.string("content", get("content"), min_bytes=1, max_bytes=v.MAX_CONTENT_BYTES)
+        raw_meta = get("metadata")
         fields = {} if raw_meta is None else v.metadata_fields(raw_meta, "metadata")
         meta = v.apply_metadata(None, fields)
-        ts = v.integer("timestamp", item.get("timestamp"), lo=0, hi=(1 << 48) - 1, default=None)
-        if item.get("message_id") is not None:
-            ulid = v.ulid("message_id", item["message_id"])
+        ts = v.integer("timestamp", get("timestamp"), lo=0, hi=_MAX_MS, default=None)
+        message_id = get("message_id")
+        if message_id is not None:
+            ulid = v.ulid("message_id", message_id)
             if ts is None:
                 ts = int.from_bytes(ulid[:6], "big")
         else:
             ulid, now = self._new_ulid()
             ts = now if ts is None else ts
-        revision = v.integer("revision", item.get("revision"), lo=1, hi=(1 << 32) - 1, default=1)
-        updated = v.integer("updated_at", item.get("updated_at"), lo=0, hi=(1 << 48) - 1, default=ts)
+        revision = v.integer("revision", get("revision"), lo=1, hi=(1 << 32) - 1, default=1)
+        updated = v.integer("updated_at", get("updated_at"), lo=0, hi=_MAX_MS, default=ts)
         return (ulid, ts, updated, revision, role_i, meta.kind, meta.tier, meta.importance,
                 session, body, meta.tool_call_id, meta.summary, meta.tags, meta.relations,
                 meta.sources)

@@ -33,8 +33,13 @@ MAX_SOURCES = 64
 MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_CROCKFORD_TO_B32 = str.maketrans(_CROCKFORD, "0123456789ABCDEFGHIJKLMNOPQRSTUV")
+_CROCKFORD_TO_B32 = bytes.maketrans(_CROCKFORD.encode("ascii"), b"0123456789ABCDEFGHIJKLMNOPQRSTUV")
 _ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
+# name -> index, for the fast paths (an exact str found here is valid; anything else goes
+# through `choice`, which makes the error)
+_ROLE_INDEX = {r: i for i, r in enumerate(ROLES)}
+_KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
+_TIER_INDEX = {t: i for i, t in enumerate(TIERS)}
 
 
 def fail(message: str) -> ConvMemError:
@@ -59,7 +64,31 @@ def text(name: str, value: Any, *, min_bytes: int, max_bytes: int) -> tuple[str,
     return value, data
 
 
+def string(name: str, value: Any, *, min_bytes: int, max_bytes: int) -> str:
+    """`text` without the encoding: the str when it is min..max UTF-8 bytes, else text's error.
+
+    The common shapes are decided here (ASCII: its length is its byte count and it cannot hold a
+    surrogate; other text: encoded once to count); anything else goes through `text`, which
+    makes the error, so both give the same answer.
+    """
+    if type(value) is str:
+        if value.isascii():
+            n = len(value)
+        elif len(value) <= max_bytes:
+            try:
+                n = len(value.encode("utf-8"))
+            except UnicodeEncodeError:
+                n = -1
+        else:
+            n = -1
+        if min_bytes <= n <= max_bytes:
+            return value
+    return text(name, value, min_bytes=min_bytes, max_bytes=max_bytes)[0]
+
+
 def integer(name: str, value: Any, *, lo: int, hi: int | None, default: int | None) -> int | None:
+    if type(value) is int and value >= lo and (hi is None or value <= hi):
+        return value  # the common case, before the checks that make the errors
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int):
@@ -78,14 +107,21 @@ def choice(name: str, value: Any, options: tuple[str, ...], default: str | None 
     return value
 
 
+def role(value: Any) -> int:
+    """The index of a role in ROLES."""
+    i = _ROLE_INDEX.get(value) if type(value) is str else None
+    return ROLES.index(choice("role", value, ROLES)) if i is None else i
+
+
 def ulid(name: str, value: Any) -> bytes:
     """A canonical (upper-case) 26-character ULID, returned as its 16 bytes."""
     if not isinstance(value, str):
         raise fail(f"{name} must be a string holding a 26-character ULID")
     if not _ULID_RE.fullmatch(value):
         raise fail(f"{name} must be a canonical 26-character ULID")
-    # Crockford's digits mapped onto int()'s base-32 digits (0-9, A-V).
-    return int(value.translate(_CROCKFORD_TO_B32), 32).to_bytes(16, "big")
+    # Crockford's digits mapped onto int()'s base-32 digits (0-9, A-V); the match above made it
+    # ASCII, and bytes.translate is a table lookup (str.translate a dict probe a character).
+    return int(value.encode("ascii").translate(_CROCKFORD_TO_B32), 32).to_bytes(16, "big")
 
 
 def json_arg(name: str, value: Any) -> Any:
@@ -129,15 +165,70 @@ def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise fail(f"{name} must be a JSON object")
     out: dict[str, Any] = {}
+    fast = _FAST_FIELDS.get
     for key, val in value.items():
-        if key not in METADATA_FIELDS:
+        check = fast(key)
+        if check is None:
             shown = key if len(key) <= 64 and key.isidentifier() else "(unnamed)"
             raise fail(f"{name}: unknown field {shown}; allowed fields are {', '.join(METADATA_FIELDS)}")
-        out[key] = _metadata_field(name, key, val)
+        # A fast check answers _NOT_FAST when it cannot decide; _metadata_field then does.
+        got = check(val)
+        out[key] = _metadata_field(name, key, val) if got is _NOT_FAST else got
     return out
 
 
+_NOT_FAST = object()
+
+
+def _fast_tool_call_id(val: Any) -> Any:
+    if type(val) is str and val.isascii() and len(val) <= MAX_TOOL_CALL_ID_BYTES:
+        return val
+    return None if val is None else _NOT_FAST
+
+
+def _fast_tags(val: Any) -> Any:
+    if type(val) is list and len(val) <= MAX_TAGS:
+        for t in val:
+            if not (type(t) is str and t.isascii() and 0 < len(t) <= MAX_TAG_BYTES):
+                return _NOT_FAST
+        return val[:]  # a copy, as the slow path makes
+    return None if val is None else _NOT_FAST
+
+
+def _fast_tier(val: Any) -> Any:
+    i = _TIER_INDEX.get(val) if type(val) is str else None
+    return i if i is not None or val is None else _NOT_FAST
+
+
+def _fast_kind(val: Any) -> Any:
+    i = _KIND_INDEX.get(val) if type(val) is str else None
+    return i if i is not None or val is None else _NOT_FAST
+
+
+def _fast_importance(val: Any) -> Any:
+    if type(val) is int and 0 <= val <= 100:
+        return val
+    return None if val is None else _NOT_FAST
+
+
+def _fast_summary(val: Any) -> Any:
+    if type(val) is str and val.isascii() and len(val) <= MAX_SUMMARY_BYTES:
+        return val or None
+    return None if val is None else _NOT_FAST
+
+
+def _not_fast(val: Any) -> Any:  # relations, source_message_ids: rare enough
+    return None if val is None else _NOT_FAST
+
+
+_FAST_FIELDS = {"tool_call_id": _fast_tool_call_id, "tags": _fast_tags, "memory_tier": _fast_tier,
+                "memory_kind": _fast_kind, "importance": _fast_importance,
+                "summary": _fast_summary, "relations": _not_fast, "source_message_ids": _not_fast}
+assert tuple(_FAST_FIELDS) == METADATA_FIELDS
+
+
 def _metadata_field(name: str, key: str, val: Any) -> Any:
+    """One field, checked in full (the reference for the fast checks above)."""
     where = f"{name}.{key}"
     if val is None:
         return None
@@ -174,7 +265,15 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
 
 def apply_metadata(base: Metadata | None, fields: dict[str, Any]) -> Metadata:
     """`base` (None: the defaults) with `fields` (from metadata_fields) laid over it."""
-    m = Metadata() if base is None else base.copy()
+    if base is None:  # (a new message: eight lookups instead of a loop over the fields)
+        get = fields.get
+        tags, tier, kind = get("tags"), get("memory_tier"), get("memory_kind")
+        importance, relations, sources = get("importance"), get("relations"), get("source_message_ids")
+        return Metadata(get("tool_call_id"), [] if tags is None else tags,
+                        0 if tier is None else tier, 0 if kind is None else kind,
+                        50 if importance is None else importance, get("summary"),
+                        [] if relations is None else relations, [] if sources is None else sources)
+    m = base.copy()
     for key, val in fields.items():
         if key == "tool_call_id":
             m.tool_call_id = val

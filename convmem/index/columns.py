@@ -26,14 +26,30 @@ class Column:
     def append(self, value) -> int:
         i = self.n
         if i == len(self.data):
-            # Grow by a quarter: amortised O(1) appends with at most 25% slack held (the
-            # columns are a large part of the store's memory at millions of messages).
-            grown = np.zeros((max(256, i + i // 4),) + self.data.shape[1:], dtype=self.data.dtype)
-            grown[:i] = self.data
-            self.data = grown
+            self._grow(i + 1)
         self.data[i] = value
         self.n = i + 1
         return i
+
+    def extend(self, values) -> None:
+        """Append a sequence of values (a batch: one numpy conversion and copy for all)."""
+        k = len(values)
+        i = self.n
+        if i + k > len(self.data):
+            self._grow(i + k)
+        self.data[i : i + k] = values
+        self.n = i + k
+
+    def _grow(self, need: int) -> None:
+        # Grow by a quarter: amortised O(1) appends with at most 25% slack held (the columns
+        # are a large part of the store's memory at millions of messages). extend grows in the
+        # same steps as appends one by one would, so the capacity does not depend on batching.
+        capacity = len(self.data)
+        while capacity < need:
+            capacity = max(256, capacity + capacity // 4)
+        grown = np.zeros((capacity,) + self.data.shape[1:], dtype=self.data.dtype)
+        grown[: self.n] = self.data[: self.n]
+        self.data = grown
 
     def view(self) -> np.ndarray:
         return self.data[: self.n]
