@@ -1722,14 +1722,38 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             lb = _theta(e) * (1.0 - EPS)
 
 
+cdef int64_t _open_segment(Eng* e, const PList* lists, int64_t sg) noexcept nogil:
+    """Set up e.ls / e.goff with the query's lists of segment sg; returns how many."""
+    cdef int64_t g, li, n = 0
+    for g in range(e.G):
+        e.goff[g] = n
+        for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
+            if lists[li].seg == sg:
+                _ls_init(e.q, &e.ls[n], &lists[li])
+                n += 1
+    e.goff[e.G] = n
+    return n
+
+
+cdef void _run_buffer(Eng* e, int64_t window) noexcept nogil:
+    """The buffer's docs, window by window, scored in full."""
+    cdef uint32_t wlo = e.q.buf_lo, whi, hi = <uint32_t>e.q.n_docs
+    if e.q.head == NULL:
+        return
+    while wlo < hi:
+        whi = wlo + <uint32_t>window if hi - wlo > <uint32_t>window else hi
+        _win_full(e, wlo, whi, True)
+        wlo = whi
+
+
 cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
                int parts) noexcept nogil:
     """Segment by segment, window by window, then the buffer; e.heap gets the top k of what it
     scores. With parts == 2, part 0 scores the first half of each segment's windows and the
     buffer, part 1 the second half."""
     cdef Query* q = e.q
-    cdef int64_t sg, g, li, n, nw, w0, w1, wi
-    cdef uint32_t wlo, whi, hi
+    cdef int64_t sg, nw, w0, w1, wi
+    cdef uint32_t wlo, whi
     cdef const SegView* v
     for sg in range(q.n_views):
         v = &q.views[sg]
@@ -1738,15 +1762,7 @@ cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
         w1 = nw if parts == 1 or part == 1 else nw // 2
         if w0 >= w1:
             continue
-        n = 0
-        for g in range(e.G):
-            e.goff[g] = n
-            for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
-                if lists[li].seg == sg:
-                    _ls_init(q, &e.ls[n], &lists[li])
-                    n += 1
-        e.goff[e.G] = n
-        if n == 0:
+        if _open_segment(e, lists, sg) == 0:
             continue
         for wi in range(w0, w1):
             wlo = v.doc_lo + <uint32_t>(wi * window)
@@ -1755,21 +1771,16 @@ cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
                 _win_pruned(e, wlo, whi)
             else:
                 _win_full(e, wlo, whi, False)
-    if q.head != NULL and part == 0:
-        hi = q.n_docs
-        wlo = q.buf_lo
-        while wlo < hi:
-            whi = wlo + <uint32_t>window if hi - wlo > <uint32_t>window else hi
-            _win_full(e, wlo, whi, True)
-            wlo = whi
+    if part == 0:
+        _run_buffer(e, window)
 
 
 cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc) noexcept nogil:
     """Score only the candidate docs (ascending) that lie in segments, probing every group at
     each, then the buffer window by window (its docs are filtered like anywhere else)."""
     cdef Query* q = e.q
-    cdef int64_t sg, g, li, n, ci = 0, c0, j
-    cdef uint32_t d, w, wlo, whi, hi
+    cdef int64_t sg, g, ci = 0, c0, j
+    cdef uint32_t d, w
     cdef const SegView* v
     cdef double a[3]
     cdef bint matched
@@ -1782,15 +1793,7 @@ cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc
             ci += 1
         if c0 == ci:
             continue
-        n = 0
-        for g in range(e.G):
-            e.goff[g] = n
-            for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
-                if lists[li].seg == sg:
-                    _ls_init(q, &e.ls[n], &lists[li])
-                    n += 1
-        e.goff[e.G] = n
-        if n == 0:
+        if _open_segment(e, lists, sg) == 0:
             continue
         for j in range(c0, ci):
             d = cand[j]
@@ -1807,13 +1810,7 @@ cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc
                     matched = True
             if matched:
                 _offer(e, (a[0] + a[1]) + a[2], d)
-    if q.head != NULL:
-        hi = q.n_docs
-        wlo = q.buf_lo
-        while wlo < hi:
-            whi = wlo + IX_WINDOW if hi - wlo > IX_WINDOW else hi
-            _win_full(e, wlo, whi, True)
-            wlo = whi
+    _run_buffer(e, IX_WINDOW)
 
 
 cdef struct Job:
