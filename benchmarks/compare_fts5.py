@@ -138,6 +138,32 @@ class ConvmemEngine:
         res = self.store.search_messages(**args)
         return [r["message_id"] for r in res["results"]]
 
+    def search_core(self, args: dict[str, Any]) -> int:
+        """The search core alone: tokenize the query, resolve the filters and the session, and
+        run the index's top k (doc numbers, scores, breakdowns), without reading any message;
+        what a search library's own search call does (tantivy's returns scores and addresses).
+        Reaches into MemoryStore's internals on purpose: this is a benchmark."""
+        import numpy as np
+        from convmem import validation as v
+        from convmem._core import tokenizer as tok
+        st = self.store
+        flt = v.filters(args.get("filters_json"))
+        keys = tok.token_keys(args["query"])
+        tags = np.array([tok.hash_utf8(t.encode("utf-8")) for t in flt.tags], dtype=np.uint64)
+        session, docs = -1, None
+        if args.get("session_id") is not None:
+            s = st._sessions.get(args["session_id"])
+            if s is None or s.n == 0:
+                return 0
+            session = s.num
+            docs = st._slot_doc.data[s.slots[:s.n]]
+            docs = np.sort(docs[docs >= 0])
+        found, _, _ = st._index.search(keys, args.get("limit", K), session=session,
+                                       kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
+                                       min_importance=args.get("min_importance") or 0,
+                                       tag_hashes=tags, session_docs=docs)
+        return len(found)
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
@@ -321,6 +347,7 @@ def time_queries(engines: list[Any], queries: list[dict[str, Any]],
         for e in engines:
             e.search(q)
     samples: dict[str, list[float]] = {e.name: [] for e in engines}
+    samples.update({f"{e.name}_core": [] for e in engines if hasattr(e, "search_core")})
     overlap: list[float] = []
     clock = time.perf_counter
     for q in queries:
@@ -330,6 +357,10 @@ def time_queries(engines: list[Any], queries: list[dict[str, Any]],
             got = e.search(q)
             samples[e.name].append(clock() - t0)
             ids.append(got)
+            if hasattr(e, "search_core"):
+                t0 = clock()
+                e.search_core(q)
+                samples[f"{e.name}_core"].append(clock() - t0)
         if len(ids) == 2 and (ids[0] or ids[1]):
             overlap.append(len(set(ids[0]) & set(ids[1])) / max(len(ids[0]), len(ids[1])))
     return samples, overlap
@@ -361,6 +392,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     samples, overlap = time_queries(engines, queries, warmup=min(100, len(queries)))
     for e in engines:
         result["engines"][e.name]["query_ms"] = percentiles_ms(samples[e.name])
+        if f"{e.name}_core" in samples:
+            result["engines"][e.name]["core_query_ms"] = percentiles_ms(samples[f"{e.name}_core"])
         e.close()
     if overlap:
         result["topk_overlap_mean"] = float(np.mean(overlap))
@@ -400,6 +433,10 @@ def print_table(r: dict[str, Any]) -> None:
     row("RSS after open (MB)", "rss_after_open_kb", lambda v: f"{v / 1024:.1f}")
     for p in ("p50", "p95", "p99"):
         row(f"query {p} (ms)", "query_ms", lambda v: f"{v:.3f}", p)
+    core = r["engines"].get("convmem", {}).get("core_query_ms")
+    if core:
+        print("convmem search core alone (no message read): p50 %.3f  p95 %.3f  p99 %.3f ms"
+              % (core["p50"], core["p95"], core["p99"]))
     fts = r["engines"].get("fts5", {})
     if "tokenize_s" in fts:
         print(f"FTS5 build: {fts['tokenize_s']:.2f} s of it in convmem's tokenizer ({fts['tokenizer']})")
