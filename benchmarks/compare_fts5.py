@@ -164,6 +164,10 @@ class ConvmemEngine:
                                        tag_hashes=tags, session_docs=docs)
         return len(found)
 
+    def memory_estimate(self) -> dict[str, int]:
+        """get_system_health's memory_estimate (every structure but message bodies)."""
+        return self.store.get_system_health()["memory_estimate"]
+
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
@@ -394,6 +398,8 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         result["engines"][e.name]["query_ms"] = percentiles_ms(samples[e.name])
         if f"{e.name}_core" in samples:
             result["engines"][e.name]["core_query_ms"] = percentiles_ms(samples[f"{e.name}_core"])
+        if hasattr(e, "memory_estimate"):  # after the queries: search scratch included
+            result["engines"][e.name]["memory_estimate"] = e.memory_estimate()
         e.close()
     if overlap:
         result["topk_overlap_mean"] = float(np.mean(overlap))
@@ -433,6 +439,10 @@ def print_table(r: dict[str, Any]) -> None:
     row("RSS after open (MB)", "rss_after_open_kb", lambda v: f"{v / 1024:.1f}")
     for p in ("p50", "p95", "p99"):
         row(f"query {p} (ms)", "query_ms", lambda v: f"{v:.3f}", p)
+    mem = r["engines"].get("convmem", {}).get("memory_estimate")
+    if mem:
+        print("convmem memory_estimate after the queries: %.0f bytes/message (all but bodies)"
+              % (mem["total_bytes"] / r["size"]))
     core = r["engines"].get("convmem", {}).get("core_query_ms")
     if core:
         print("convmem search core alone (no message read): p50 %.3f  p95 %.3f  p99 %.3f ms"
