@@ -99,14 +99,17 @@ class _Budget:
 
 def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The token keys of a message's content, summary and tags (all tags' tokens together)."""
-    summary, tags = rec[11], rec[12]
+    summary = rec[11]
+    return (tok.token_keys(rec[9]), tok.token_keys(summary) if summary else _EMPTY_KEYS,
+            _tag_keys(rec[12]))
+
+
+def _tag_keys(tags: list[str]) -> np.ndarray:
     if not tags:
-        tag_keys = _EMPTY_KEYS
-    elif len(tags) == 1:
-        tag_keys = tok.token_keys(tags[0])  # (no concatenate for the common single tag)
-    else:
-        tag_keys = np.concatenate([tok.token_keys(t) for t in tags])
-    return (tok.token_keys(rec[9]), tok.token_keys(summary) if summary else _EMPTY_KEYS, tag_keys)
+        return _EMPTY_KEYS
+    if len(tags) == 1:
+        return tok.token_keys(tags[0])  # (no concatenate for the common single tag)
+    return np.concatenate([tok.token_keys(t) for t in tags])
 
 
 class _Prepared(NamedTuple):
@@ -1429,29 +1432,34 @@ class MemoryStore:
         by_name, by_num = sessions.by_name, sessions.by_num
         doc0 = index.n_docs
         slot0 = len(ids)
+        token_keys = tok.token_keys
         nums: list[int] = []
         flags: list[int] = []
-        hashes: dict[str, int] = {}  # tag -> hash, for the tags repeated within the batch
+        # tags -> (their keys as _field_keys gives them, their hashes as _prepare does): a batch
+        # repeats a few tag lists (the index copies what add gets, so sharing arrays is safe)
+        by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
         try:
             for doc, rec in enumerate(recs, start=doc0):
-                ulid, ts, kind, tags = rec[0], rec[1], rec[5], rec[12]
+                ulid, ts, kind, summary, tags = rec[0], rec[1], rec[5], rec[11], rec[12]
                 s = by_name.get(rec[8])
                 num = s.num if s is not None else len(by_num)
                 if tags:
-                    for t in tags:
-                        if t not in hashes:
-                            hashes[t] = tok.hash_utf8(t.encode("utf-8"))
-                    tag_hashes = np.array([hashes[t] for t in tags], dtype=np.uint64)
+                    tagged = by_tags.get(tuple(tags))
+                    if tagged is None:
+                        tagged = by_tags[tuple(tags)] = (_tag_keys(tags), np.array(
+                            [tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64))
                 else:
-                    tag_hashes = _EMPTY_KEYS
-                index.add(doc, *_field_keys(rec), tag_hashes, num, kind, rec[6], rec[7], ts, ulid)
+                    tagged = (_EMPTY_KEYS, _EMPTY_KEYS)
+                index.add(doc, token_keys(rec[9]), token_keys(summary) if summary else _EMPTY_KEYS,
+                          *tagged, num, kind, rec[6], rec[7], ts, ulid)
                 slot = ids.add(ulid)
-                sessions.number(rec[8])
+                if s is None:
+                    sessions.number(rec[8])
                 sessions.insert(num, ts, slot, ulid, kind)
                 if rec[13]:
                     relations.add_new(slot, rec[13])
                 nums.append(num)
-                flags.append((FLAG_HAS_SUMMARY if rec[11] is not None else 0)
+                flags.append((FLAG_HAS_SUMMARY if summary is not None else 0)
                              | (FLAG_HAS_RELATIONS if rec[13] else 0))
         finally:
             # The columns of the records applied (all of them unless one raised).

@@ -137,7 +137,7 @@ def json_arg(name: str, value: Any) -> Any:
 
 
 # -- metadata -------------------------------------------------------------------------------
-@dataclass
+@dataclass(slots=True)
 class Metadata:
     tool_call_id: str | None = None
     tags: list[str] = field(default_factory=list)

@@ -22,6 +22,8 @@ REQUIRED_FIELDS = ("session_id", "role", "content")
 # revision and updated_at are written by export so that a round trip keeps them too.
 OPTIONAL_FIELDS = ("metadata", "timestamp", "message_id", "revision", "updated_at")
 KNOWN_FIELDS = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
+_REQUIRED = frozenset(REQUIRED_FIELDS)
+_NO_METADATA: dict[str, Any] = {}  # (stands for an absent metadata field in the fast check)
 BATCH_SIZE = 1000
 BATCH_BYTES = 32 * 1024 * 1024  # also cut a batch early so 1 MiB messages do not pile up in memory
 _SHOWABLE_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -78,6 +80,9 @@ class ProgressBar:
 
 def _shape_error(item: Any) -> str | None:
     """What is wrong with the shape of a decoded line; values are checked by the store."""
+    if (type(item) is dict and KNOWN_FIELDS.issuperset(item) and item.keys() >= _REQUIRED
+            and type(item.get("metadata", _NO_METADATA)) is dict):
+        return None  # the common shape, decided without building lists (checked in full below)
     if not isinstance(item, dict):
         return "expected a JSON object"
     unknown = [k for k in item if k not in KNOWN_FIELDS]
