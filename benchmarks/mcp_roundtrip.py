@@ -5,14 +5,16 @@
 Spawns `python -m convmem serve --data-dir DIR` (the store must exist, e.g. built by
 compare_fts5.py --keep-stores or `convmem import`), and reports: spawn to the first answered
 request (initialize + get_system_health), then the median and p99 of search_messages round trips
-(the seeded query set for N messages; the time includes the SDK client and the JSON parse of the
-result). Also the same cold start on an empty store, for comparison.
+(the seeded query set for N messages, one after the other on one session; the time includes the
+SDK client and the parse of the result's JSON text with orjson), and the client process's CPU
+time per round trip (the SDK client's share). Also the same cold start on an empty store, for
+comparison. `--mode auto` uses the SDK client's default protocol era (2026-07-28, no
+`initialize`) instead of the `initialize` handshake most hosts use today.
 """
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import anyio
+import orjson
 from mcp import Client, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
@@ -37,22 +40,30 @@ def params(data_dir: str) -> StdioServerParameters:
                                  args=["-P", "-m", "convmem", "serve", "--data-dir", data_dir], env=env)
 
 
-async def measure(data_dir: str, queries: list[dict]) -> dict[str, float]:
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure(data_dir: str, queries: list[dict], mode: str) -> dict[str, float]:
     t0 = time.perf_counter()
-    async with Client(params(data_dir), mode="legacy") as client:
+    async with Client(params(data_dir), mode=mode) as client:
         await client.call_tool("get_system_health", {})
         cold = time.perf_counter() - t0
         times = []
+        cpu0 = cpu_seconds()
         for q in queries:
             a = time.perf_counter()
             r = await client.call_tool("search_messages", q)
-            json.loads(r.content[0].text)
+            orjson.loads(r.content[0].text)
             times.append(time.perf_counter() - a)
-    out = {"cold_start_s": cold}
+        cpu = cpu_seconds() - cpu0
+    out = {"cold_start_s": round(cold, 3)}
     if times:
         times.sort()
-        out.update(search_p50_ms=statistics.median(times) * 1e3,
-                   search_p99_ms=times[int(len(times) * 0.99)] * 1e3, queries=len(times))
+        out.update(search_p50_ms=round(statistics.median(times) * 1e3, 3),
+                   search_p99_ms=round(times[int(len(times) * 0.99)] * 1e3, 3),
+                   client_cpu_ms_per_query=round(cpu / len(times) * 1e3, 3), queries=len(times))
     return out
 
 
@@ -61,11 +72,13 @@ def main() -> None:
     ap.add_argument("--data-dir", required=True)
     ap.add_argument("--messages", type=int, required=True, help="size of the corpus in the store")
     ap.add_argument("--queries", type=int, default=500)
+    ap.add_argument("--mode", choices=("legacy", "auto"), default="legacy",
+                    help="SDK client protocol era: legacy = initialize handshake (default)")
     args = ap.parse_args()
     queries = corpus.make_queries(args.queries, 1, args.messages)
     with tempfile.TemporaryDirectory() as empty:
-        print("empty store:", anyio.run(measure, empty, []))
-    print(f"{args.messages} messages:", anyio.run(measure, args.data_dir, queries))
+        print("empty store:", anyio.run(measure, empty, [], args.mode))
+    print(f"{args.messages} messages:", anyio.run(measure, args.data_dir, queries, args.mode))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,12 @@ Exit codes: 0 success, 1 an application error (or import with rejected lines), 2
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -78,12 +80,27 @@ def _host_config_snippet(data_dir: Path) -> str:
 # --- commands ---------------------------------------------------------------------------------
 
 
-def cmd_serve(args: argparse.Namespace) -> int:
-    from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
+def _import_in_background(module: str) -> threading.Thread:
+    """Start importing `module` in a thread. A failure is left for the caller's own import to
+    raise (Python does not keep a module whose import failed)."""
 
+    def run() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # re-raised by the caller's own import
+            logger.debug("background import of %s failed", module, exc_info=True)
+
+    thread = threading.Thread(target=run, name="convmem-import", daemon=True)
+    thread.start()
+    return thread
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir
     tokens = None
     if args.transport == "http":
+        from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
+
         try:
             tokens = load_tokens(args.tokens_file) if args.tokens_file else None
             check_bind(args.host, tokens)
@@ -92,7 +109,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif args.tokens_file:
         _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
 
-    store = _open_store(data_dir)
+    # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
+    # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
+    importer = _import_in_background("convmem.server")
+    try:
+        store = _open_store(data_dir)
+    finally:
+        importer.join()
     interrupted = False
     try:
         if args.transport == "http":

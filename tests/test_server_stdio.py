@@ -180,3 +180,32 @@ def test_sigterm_stops_the_server_and_frees_the_directory(tmp_path: Path) -> Non
     assert server.close() == 0
     with MemoryStore.open(tmp_path / "data") as store:
         assert [m["content"] for m in store.read_messages(session_id="t")["history"]] == ["kept"]
+
+
+def test_plain_and_sdk_paths_answer_the_same_bytes(raw: RawStdioServer) -> None:
+    """A plain tools/call is answered by convmem's middleware; with `_meta` it takes the SDK's
+    params and result models. Both must put the same bytes on the wire."""
+    content = "日本語\x00\x1f\x7f\u2028\"\\ \U0001F600 " + "".join(map(chr, range(0x20)))
+    payload, is_error = raw.call("write_message", {"session_id": "bytes", "role": "user", "content": content})
+    assert not is_error, payload
+    calls = [
+        ("read_messages", {"session_id": "bytes"}),
+        ("search_messages", {"query": "日本語"}),
+        ("read_messages", {"view": "bogus"}),  # an error result
+        ("no_such_tool", {}),
+    ]
+    first: list[bytes] = []
+    for n, (name, arguments) in enumerate(calls):
+        lines = []
+        for path, extra in (("plain", {}), ("sdk", {"_meta": {"progressToken": f"t{n}"}})):
+            request_id = f"{path}-{n}"
+            raw.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                      "params": {"name": name, "arguments": arguments, **extra}})
+            raw.answer(request_id)
+            (line,) = [x for x in raw.stdout_lines if x.startswith(b'{"jsonrpc":"2.0","id":"%s"' % request_id.encode())]
+            lines.append(line.replace(request_id.encode(), b"ID", 1))
+        assert lines[0] == lines[1]
+        first.append(lines[0])
+    history = json.loads(json.loads(first[0])["result"]["content"][0]["text"])["history"]
+    assert [m["content"] for m in history] == [content]
+    assert "日本語".encode() in first[0]  # UTF-8 on the wire, not \u-escaped

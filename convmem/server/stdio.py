@@ -5,8 +5,8 @@ loop reads and writes them itself through non-blocking descriptors. The SDK's `s
 instead hands every line read, every write and every flush to a worker thread: three thread
 round trips per request, about a quarter of a millisecond of a search's round trip on this kind
 of machine. Anything else on stdin or stdout (a terminal, a regular file) uses the SDK's
-transport. Both write exactly the same bytes: each message is serialised by the SDK's own model
-(`model_dump_json(by_alias=True, exclude_unset=True)`) and ends with a newline.
+transport. Both write exactly the same bytes (see `encode_message`) and parse lines the same way
+(see `parse_line`).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import mcp.types as types
+import orjson
 import pydantic
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
@@ -29,6 +30,8 @@ from mcp.shared.message import SessionMessage
 from .app import build_server
 
 _READ_CHUNK = 1 << 16
+_PLAIN_RESULT_KEYS = {"content", "isError"}
+_PLAIN_BLOCK_KEYS = {"text", "type"}
 _SHUTDOWN_DRAIN_SECONDS = 5.0  # how long answers already written may take to leave at exit
 
 
@@ -62,9 +65,34 @@ def parse_line(line: bytes) -> SessionMessage | Exception:
     return SessionMessage(message)
 
 
+def _is_plain_tool_result(result: object) -> bool:
+    """`{"content": [{"text": str, "type": "text"}], "isError": bool}`, the shape of every tool
+    result convmem sends, and nothing else."""
+    if type(result) is not dict or result.keys() != _PLAIN_RESULT_KEYS or type(result["isError"]) is not bool:
+        return False
+    content = result["content"]
+    if type(content) is not list or len(content) != 1:
+        return False
+    block = content[0]
+    return type(block) is dict and block.keys() == _PLAIN_BLOCK_KEYS and type(block["text"]) is str and block["type"] == "text"
+
+
 def encode_message(item: SessionMessage) -> bytes:
-    """The bytes the SDK's stdio transport writes for one message."""
-    return item.message.model_dump_json(by_alias=True, exclude_unset=True).encode("utf-8") + b"\n"
+    """The bytes the SDK's stdio transport writes for one message: the model's JSON
+    (`model_dump_json(by_alias=True, exclude_unset=True)`) and a newline.
+
+    A response carrying a plain tool result is encoded by orjson instead, three times faster on a
+    20 KB result: for dicts, lists, strings, booleans and 64-bit integers orjson writes exactly
+    pydantic's bytes (same key order, same escapes; a test checks every code point). An id beyond
+    64 bits or a string orjson refuses falls back to pydantic.
+    """
+    message = item.message
+    if type(message) is types.JSONRPCResponse and _is_plain_tool_result(message.result):
+        try:
+            return orjson.dumps({"jsonrpc": message.jsonrpc, "id": message.id, "result": message.result}) + b"\n"
+        except (TypeError, orjson.JSONEncodeError):
+            pass
+    return message.__pydantic_serializer__.to_json(message, by_alias=True, exclude_unset=True) + b"\n"
 
 
 class _LenientReadStream:
@@ -106,7 +134,9 @@ class PipeReadStream:
 
     Reads only when the consumer asks for a message and none is buffered, so a client that sends
     faster than the server dispatches waits in the pipe, as with the SDK's transport. The last line
-    is delivered at end of input even without its newline, as a text file's readline does.
+    is delivered at end of input even without its newline, as a text file's readline does. Lines
+    end at "\n" (a "\r" before it is JSON whitespace); unlike the SDK's text-mode reader, a lone
+    "\r" does not end a line, which only matters to a client that ends messages with it.
     """
 
     def __init__(self, fd: int) -> None:
