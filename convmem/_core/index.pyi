@@ -13,8 +13,11 @@ FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
 _Keys = npt.NDArray[np.uint64] | Sequence[int]
 
 class SearchIndex:
-    prune_min: int  # queries touching fewer postings are scored exhaustively
+    prune_min: int  # queries touching fewer postings are scored exhaustively (default 0)
+    window: int  # doc ids per scoring window (default 4096)
     last_pruned: bool  # whether the last search used the pruned scorer
+    last_parallel: bool  # whether it was split between two threads (30000+ postings)
+    last_session_docs: bool  # whether it scored only the session_docs it was given
     def __init__(
         self,
         k1: float = 1.2,
@@ -61,7 +64,10 @@ class SearchIndex:
         min_importance: int = 0,
         tag_hashes: _Keys | None = None,
         exhaustive: bool = False,
+        session_docs: _Keys | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+    # session_docs: with session >= 0, every doc of that session in ascending order (a hint:
+    # the index may score only them; the result is the same). The twin ignores it.
     def merge_segments(self) -> None: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch
@@ -75,3 +81,6 @@ class SearchIndex:
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
     def _set_prune_min(self, n: int) -> None: ...
+    def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
+
+def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code stands for
