@@ -120,10 +120,9 @@ class _Batcher:
             results: list[ConvMemError | None] = self.store.import_message_batch(self.items)
         except ConvMemError as exc:  # the whole batch failed (e.g. IO_ERROR): report every line
             results = [exc] * len(self.items)
+        self.summary.imported += results.count(None)
         for line, error in zip(self.line_numbers, results, strict=True):
-            if error is None:
-                self.summary.imported += 1
-            else:
+            if error is not None:
                 self.summary.rejected.append(Rejected(line, f"{error.code}: {error.message}"))
         self.items, self.line_numbers, self.bytes = [], [], 0
 
@@ -143,7 +142,7 @@ def import_jsonl(store: Any, lines: Iterable[bytes], progress: ProgressBar | Non
             progress.update(done_bytes, number)
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
-        if not raw.strip():
+        if not raw or raw.isspace():  # (blank: as raw.strip() would be, without the copy)
             continue
         try:
             item = orjson.loads(raw)
