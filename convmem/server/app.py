@@ -1,10 +1,11 @@
 """The MCP server object: tools/list and tools/call over a MemoryStore, transport-agnostic.
 
-Where tool calls run: the read tools (search, read, health) are quick, synchronous and touch no
-disk beyond the page cache, so they run on the event loop itself, sparing a worker-thread round
-trip each; writes (fdatasync) and rebuild_index (seconds) run in worker threads so the loop keeps
-reading and answering meanwhile. The store serialises calls with one lock; a read that arrives
-while a threaded call is in flight also goes to a thread, so the loop never waits for that lock.
+Where tool calls run: the read tools (search, read, health) are quick and synchronous (their
+only I/O is reading a few records, from the page cache unless it is cold), so they run on the
+event loop itself, sparing a worker-thread round trip each (~0.07 ms). Writes (fdatasync) and
+rebuild_index (seconds) run in worker threads so the loop keeps reading and answering meanwhile.
+The store serialises calls with one lock; a read that arrives while a threaded call is in flight
+also goes to a thread, so the loop never waits for that lock.
 
 How a tools/call answer is built: on handshake-era connections (protocol versions up to
 2025-11-25, what hosts use with `initialize`) a server middleware answers well-formed calls with

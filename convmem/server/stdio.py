@@ -11,7 +11,6 @@ transport. Both write exactly the same bytes (see `encode_message`) and parse li
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -28,6 +27,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 
 from .app import build_server
+
+if sys.platform != "win32":
+    import fcntl
 
 _READ_CHUNK = 1 << 16
 _PLAIN_RESULT_KEYS = {"content", "isError"}
@@ -180,7 +182,7 @@ class PipeReadStream:
                 # A broken stdin (EIO after the host vanished, ...) ends the session like EOF.
                 if exc.errno not in (errno.EIO, errno.ECONNRESET):
                     raise
-                self._eof = True
+                self._fill(b"")
         return parse_line(self._lines.popleft())
 
     async def aclose(self) -> None:
