@@ -19,6 +19,10 @@ the OR of its distinct tokens. Filters use indexed columns (kind, tier, importan
 tag table. Both engines commit every 1000 messages with a durable sync (FTS5: WAL,
 synchronous=FULL), and the FTS5 build ends with 'optimize' and a WAL checkpoint.
 
+With `--engines convmem,fts5,tantivy` (after `pip install tantivy`), tantivy is measured in the
+same run under the same rules (see TantivyEngine); for convmem and tantivy the search core alone
+(top k with scores, no stored message read) is timed too, right after each full search.
+
     python benchmarks/compare_fts5.py --sizes 10000,100000 --queries 1000
 Results are merged by size into benchmarks/results/compare_fts5.json, and plotted to
 compare_fts5.png when matplotlib is installed.
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -283,7 +288,110 @@ class Fts5Engine:
             self.db = None
 
 
-ENGINES: dict[str, Callable[[], Any]] = {"convmem": ConvmemEngine, "fts5": Fts5Engine}
+class TantivyEngine:
+    """tantivy through its official Python binding (`pip install tantivy`; optional), fed with
+    convmem's tokens like FTS5: whitespace-tokenized fields with term frequencies, a query is the
+    OR of its distinct tokens over the three fields boosted by convmem's field weights (BM25 per
+    field, not BM25F), filters as required clauses, top k without counting all hits (so tantivy's
+    block-max WAND applies). Whole messages are stored as JSON and read back for each hit."""
+
+    name = "tantivy"
+    FIELDS = ("content", "summary", "tags")
+
+    def __init__(self) -> None:
+        import tantivy
+        self.t = tantivy
+        self.tokenize, self.tokenizer_kind = load_tokenizer()
+        sb = tantivy.SchemaBuilder()
+        for f in self.FIELDS:
+            sb.add_text_field(f, tokenizer_name="whitespace", index_option="freq")
+        for f in ("session_id", "kind", "tier", "tag"):
+            sb.add_text_field(f, tokenizer_name="raw", index_option="basic")
+        sb.add_integer_field("importance", indexed=True, fast=True)
+        sb.add_bytes_field("doc", stored=True)
+        self.schema = sb.build()
+        self.index: Any = None
+        self.searcher: Any = None
+
+    def build(self, corpus_file: Path, store_dir: Path) -> None:
+        store_dir.mkdir(parents=True, exist_ok=True)
+        t = self.t
+        index = t.Index(self.schema, path=str(store_dir))
+        writer = index.writer(heap_size=256_000_000, num_threads=1)
+        for n, msg in enumerate(corpus.read_corpus(corpus_file), start=1):
+            meta = msg.get("metadata") or {}
+            tags = meta.get("tags") or []
+            doc = t.Document()
+            doc.add_text("content", " ".join(self.tokenize(msg["content"])))
+            doc.add_text("summary", " ".join(self.tokenize(meta.get("summary") or "")))
+            doc.add_text("tags", " ".join(self.tokenize(" ".join(tags))))
+            doc.add_text("session_id", msg["session_id"])
+            doc.add_text("kind", meta.get("memory_kind", "conversation"))
+            doc.add_text("tier", meta.get("memory_tier", "short"))
+            for tag in tags:
+                doc.add_text("tag", tag)
+            doc.add_integer("importance", int(meta.get("importance", 50)))
+            doc.add_bytes("doc", orjson.dumps(msg))
+            writer.add_document(doc)
+            if n % BATCH == 0:  # durable in groups, like the other engines
+                writer.commit()
+        writer.commit()
+        writer.wait_merging_threads()
+        self.index = index
+
+    def open(self, store_dir: Path) -> None:
+        self.index = self.t.Index.open(str(store_dir))
+        self.index.reload()
+        self.searcher = self.index.searcher()
+
+    def _query(self, args: dict[str, Any]) -> Any:
+        t, schema = self.t, self.schema
+        toks = dict.fromkeys(self.tokenize(args["query"]))
+        should = []
+        for tok in toks:
+            for f, w in zip(self.FIELDS, WEIGHTS):
+                q = t.Query.term_query(schema, f, tok, index_option="freq")
+                should.append((t.Occur.Should, q if w == 1.0 else t.Query.boost_query(q, w)))
+        if not should:
+            return None
+        must = [(t.Occur.Must, t.Query.boolean_query(should))]
+        if args.get("session_id"):
+            must.append((t.Occur.Must, t.Query.term_query(schema, "session_id", args["session_id"])))
+        if args.get("min_importance"):
+            must.append((t.Occur.Must, t.Query.range_query(
+                schema, "importance", t.FieldType.Integer, int(args["min_importance"]), 100)))
+        filters = json.loads(args.get("filters_json") or "{}")
+        for field, key in (("kind", "kinds"), ("tier", "tiers")):
+            values = filters.get(key) or []
+            if values:
+                must.append((t.Occur.Must, t.Query.boolean_query(
+                    [(t.Occur.Should, t.Query.term_query(schema, field, v)) for v in values])))
+        for tag in filters.get("tags") or []:
+            must.append((t.Occur.Must, t.Query.term_query(schema, "tag", tag)))
+        return must[0][1] if len(must) == 1 else t.Query.boolean_query(must)
+
+    def search(self, args: dict[str, Any]) -> list[str]:
+        q = self._query(args)
+        if q is None:
+            return []
+        hits = self.searcher.search(q, args.get("limit") or K, count=False).hits
+        docs = [orjson.loads(self.searcher.doc(addr)["doc"][0]) for _, addr in hits]
+        return [d["message_id"] for d in docs]
+
+    def search_core(self, args: dict[str, Any]) -> int:
+        """The top k (scores and addresses) without reading the stored messages."""
+        q = self._query(args)
+        if q is None:
+            return 0
+        return len(self.searcher.search(q, args.get("limit") or K, count=False).hits)
+
+    def close(self) -> None:
+        self.searcher = None
+        self.index = None
+
+
+ENGINES: dict[str, Callable[[], Any]] = {"convmem": ConvmemEngine, "fts5": Fts5Engine,
+                                         "tantivy": TantivyEngine}
 
 
 # --- subprocess workers ----------------------------------------------------------------------
@@ -365,7 +473,7 @@ def time_queries(engines: list[Any], queries: list[dict[str, Any]],
                 t0 = clock()
                 e.search_core(q)
                 samples[f"{e.name}_core"].append(clock() - t0)
-        if len(ids) == 2 and (ids[0] or ids[1]):
+        if len(ids) >= 2 and (ids[0] or ids[1]):  # the first two engines (convmem, fts5)
             overlap.append(len(set(ids[0]) & set(ids[1])) / max(len(ids[0]), len(ids[1])))
     return samples, overlap
 
@@ -411,6 +519,14 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         for p in ("p50", "p95", "p99", "mean"):
             ratios[f"query_{p}"] = c["query_ms"][p] / f["query_ms"][p]
         result["ratio_convmem_over_fts5"] = ratios
+    if {"convmem", "tantivy"} <= set(args.engines):
+        c, t = result["engines"]["convmem"], result["engines"]["tantivy"]
+        ratios = {key: c[key] / t[key] for key in ("build_s", "disk_bytes", "open_first_query_s")
+                  if t.get(key, 0) > 0}
+        for p in ("p50", "p95", "p99", "mean"):
+            ratios[f"query_{p}"] = c["query_ms"][p] / t["query_ms"][p]
+            ratios[f"core_query_{p}"] = c["core_query_ms"][p] / t["core_query_ms"][p]
+        result["ratio_convmem_over_tantivy"] = ratios
     if not args.keep_stores:
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -443,10 +559,16 @@ def print_table(r: dict[str, Any]) -> None:
     if mem:
         print("convmem memory_estimate after the queries: %.0f bytes/message (all but bodies)"
               % (mem["total_bytes"] / r["size"]))
-    core = r["engines"].get("convmem", {}).get("core_query_ms")
-    if core:
-        print("convmem search core alone (no message read): p50 %.3f  p95 %.3f  p99 %.3f ms"
-              % (core["p50"], core["p95"], core["p99"]))
+    for n in names:
+        core = r["engines"][n].get("core_query_ms")
+        if core:
+            print(f"{n} search core alone (no message read): p50 %.3f  p95 %.3f  p99 %.3f ms"
+                  % (core["p50"], core["p95"], core["p99"]))
+    rt = r.get("ratio_convmem_over_tantivy")
+    if rt:
+        print("convmem / tantivy: full p50 %.2f p99 %.2f; core p50 %.2f p99 %.2f; build %.2f"
+              % (rt["query_p50"], rt["query_p99"], rt["core_query_p50"], rt["core_query_p99"],
+                 rt.get("build_s", float("nan"))))
     fts = r["engines"].get("fts5", {})
     if "tokenize_s" in fts:
         print(f"FTS5 build: {fts['tokenize_s']:.2f} s of it in convmem's tokenizer ({fts['tokenizer']})")
@@ -466,8 +588,8 @@ def plot(all_results: dict[str, Any], path: Path) -> None:
     sizes = sorted(int(s) for s in all_results)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     styles = {"p50": "-", "p95": "--", "p99": ":"}
-    colors = {"convmem": "tab:blue", "fts5": "tab:orange"}
-    for name in ("convmem", "fts5"):
+    colors = {"convmem": "tab:blue", "fts5": "tab:orange", "tantivy": "tab:green"}
+    for name in ("convmem", "fts5", "tantivy"):
         xs = [s for s in sizes if name in all_results[str(s)]["engines"]]
         if not xs:
             continue
