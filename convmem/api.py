@@ -82,19 +82,40 @@ _SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the i
 
 
 class _Budget:
-    """The ~8 MiB response budget: items are taken while they fit; the first always fits."""
+    """The ~8 MiB response budget: items are taken while they fit; the first always fits.
 
-    def __init__(self) -> None:
+    `take(item, bound)` with an upper bound of the item's JSON size skips serialising it while
+    the bounds taken so far still fit; the first time they would not, the items taken are
+    measured exactly (`taken`) and measuring goes on from there. The answer is the same.
+    """
+
+    def __init__(self, taken: list[dict[str, Any]] | None = None) -> None:
         self.used = 0
         self.count = 0
+        self.exact = False
+        self._taken = taken
 
-    def take(self, item: dict[str, Any]) -> bool:
+    def take(self, item: dict[str, Any], bound: int | None = None) -> bool:
+        if not self.exact:
+            if bound is not None and self.used + bound <= RESPONSE_BUDGET:
+                self.used += bound
+                self.count += 1
+                return True
+            self.exact = True
+            self.used = sum(len(orjson.dumps(it)) + 1 for it in self._taken or ())
         size = len(orjson.dumps(item)) + 1
         if self.count and self.used + size > RESPONSE_BUDGET:
             return False
         self.used += size
         self.count += 1
         return True
+
+
+def _json_bound(record_bytes: int) -> int:
+    """An upper bound of the JSON size of a search result built from a log record of this many
+    bytes (without context_preview): a byte of stored text takes at most 6 in JSON (an escape),
+    ids, numbers and relations less than that; the keys, enums and scores fit in the rest."""
+    return 6 * record_bytes + 2048
 
 
 def _field_keys(rec: Record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1161,7 +1182,7 @@ class MemoryStore:
             docs, scores, parts = self._index.search(
                 keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                 min_importance=min_imp, tag_hashes=tag_hashes, session_docs=session_docs)
-            budget = _Budget()
+            budget = _Budget(results)
             for doc, score, (c, sm, tg) in zip(docs.tolist(), scores.tolist(), parts.tolist()):
                 rec = self._record(doc)
                 item = self._message(rec)
@@ -1177,7 +1198,8 @@ class MemoryStore:
                         "before": [self._message_of_slot(sl) for sl in before],
                         "after": [self._message_of_slot(sl) for sl in after],
                     }
-                if not budget.take(item):
+                bound = None if ctx > 0 else _json_bound(int(self._doc_len.data[doc]))
+                if not budget.take(item, bound):
                     break
                 results.append(item)
         return {"results": results}
