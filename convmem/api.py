@@ -752,8 +752,11 @@ class MemoryStore:
     def _read_doc(self, doc: int, decode):
         """Read a stored version's record, verify its checksum, and `decode(data, off, len)` its
         payload; damage is CORRUPT_STORE with the byte offset."""
-        off = int(self._doc_offset.data[doc])
-        data = self._log.read(off, int(self._doc_len.data[doc]))
+        return self._read_at(int(self._doc_offset.data[doc]), int(self._doc_len.data[doc]), decode)
+
+    def _read_at(self, off: int, length: int, decode):
+        """_read_doc for a record whose offset and length are known."""
+        data = self._log.read(off, length)
         try:
             rtype, _, poff, plen, _ = codec.read_record(data, 0)
             if rtype != codec.REC_MESSAGE:
@@ -1183,8 +1186,12 @@ class MemoryStore:
                 keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                 min_importance=min_imp, tag_hashes=tag_hashes, session_docs=session_docs)
             budget = _Budget(results)
-            for doc, score, (c, sm, tg) in zip(docs.tolist(), scores.tolist(), parts.tolist()):
-                rec = self._record(doc)
+            offsets = self._doc_offset.data[docs].tolist()
+            lengths = self._doc_len.data[docs].tolist()
+            decode = codec.decode_message
+            for i, (doc, score, (c, sm, tg)) in enumerate(zip(docs.tolist(), scores.tolist(),
+                                                             parts.tolist())):
+                rec = self._read_at(offsets[i], lengths[i], decode)
                 item = self._message(rec)
                 item["score"] = score
                 item["score_breakdown"] = {"content": c, "summary": sm, "tags": tg}
@@ -1198,7 +1205,7 @@ class MemoryStore:
                         "before": [self._message_of_slot(sl) for sl in before],
                         "after": [self._message_of_slot(sl) for sl in after],
                     }
-                bound = None if ctx > 0 else _json_bound(int(self._doc_len.data[doc]))
+                bound = None if ctx > 0 else _json_bound(lengths[i])
                 if not budget.take(item, bound):
                     break
                 results.append(item)
