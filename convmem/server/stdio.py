@@ -10,6 +10,7 @@ transport. Both write exactly the same bytes (see `encode_message`) and parse li
 """
 from __future__ import annotations
 
+import abc
 import errno
 import json
 import os
@@ -97,7 +98,35 @@ def encode_message(item: SessionMessage) -> bytes:
     return message.__pydantic_serializer__.to_json(message, by_alias=True, exclude_unset=True) + b"\n"
 
 
-class _LenientReadStream:
+class _ReadStreamProtocol(abc.ABC):
+    """The async-iterator and context-manager protocol of an anyio receive stream, over the
+    subclass's `receive` and `aclose`."""
+
+    @abc.abstractmethod
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...
+
+    def __aiter__(self) -> _ReadStreamProtocol:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _ReadStreamProtocol:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _LenientReadStream(_ReadStreamProtocol):
     """The SDK's stdio read stream with `_recover_lone_surrogates` applied to each item."""
 
     def __init__(self, inner: Any) -> None:
@@ -113,25 +142,7 @@ class _LenientReadStream:
     async def aclose(self) -> None:
         await self._inner.aclose()
 
-    def __aiter__(self) -> _LenientReadStream:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _LenientReadStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-
-class PipeReadStream:
+class PipeReadStream(_ReadStreamProtocol):
     """JSON-RPC messages from a non-blocking descriptor, one per line, read by the event loop.
 
     Reads only when the consumer asks for a message and none is buffered, so a client that sends
@@ -187,24 +198,6 @@ class PipeReadStream:
 
     async def aclose(self) -> None:
         self._closed = True
-
-    def __aiter__(self) -> PipeReadStream:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> PipeReadStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
 
 class PipeWriteStream:
     """JSON-RPC messages to a non-blocking descriptor, one line each, written by the event loop.
