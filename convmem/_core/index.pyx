@@ -169,53 +169,6 @@ cdef inline int64_t lower_bound_u32(const uint32_t* a, int64_t lo, int64_t n, ui
     return lo
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef inline int64_t gallop_u32(const uint32_t* a, int64_t lo, int64_t n, uint32_t x) noexcept nogil:
-    """First index in [lo, n) with a[i] >= x, searching outwards from lo (cheap for near targets)."""
-    cdef int64_t step = 1, hi = lo
-    while hi < n and a[hi] < x:
-        lo = hi + 1
-        hi = lo + step
-        step <<= 1
-    if hi > n:
-        hi = n
-    return lower_bound_u32(a, lo, hi, x)
-
-
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void radix_sort_u32(uint32_t* a, uint32_t* tmp, int64_t n) noexcept nogil:
-    """Sort ascending: three stable passes of 11 bits (tmp holds n items)."""
-    cdef int64_t count[2048]
-    cdef int64_t i, sum_, c
-    cdef int shift
-    cdef uint32_t* src = a
-    cdef uint32_t* dst = tmp
-    cdef uint32_t* sw
-    if n < 64:
-        qsort(a, <size_t>n, sizeof(uint32_t), _cmp_u32)
-        return
-    for shift in range(0, 33, 11):
-        memset(count, 0, sizeof(count))
-        for i in range(n):
-            count[(src[i] >> shift) & 2047] += 1
-        sum_ = 0
-        for i in range(2048):
-            c = count[i]
-            count[i] = sum_
-            sum_ += c
-        for i in range(n):
-            c = (src[i] >> shift) & 2047
-            dst[count[c]] = src[i]
-            count[c] += 1
-        sw = src
-        src = dst
-        dst = sw
-    if src != a:                                      # three passes: the result is in tmp
-        memcpy(a, src, <size_t>(n * sizeof(uint32_t)))
-
-
 cdef extern from *:
     void __builtin_prefetch(const void*) nogil
 
@@ -1016,15 +969,6 @@ cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
     out[2] += idf * x[2] / den
 
 
-cdef inline double _group_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
-    cdef double p[3]
-    p[0] = 0.0
-    p[1] = 0.0
-    p[2] = 0.0
-    _add_parts(q, d, w, idf, p)
-    return (p[0] + p[1]) + p[2]
-
-
 # -- top-k
 
 @cython.boundscheck(False)
@@ -1527,7 +1471,7 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
 
 @cython.cdivision(True)
 cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
-    """An upper bound of _group_total (within a few ulps: the bounds carry a 1e-9 margin) with
+    """An upper bound of a group's part sum (_add_parts summed; within a few ulps: the bounds carry a 1e-9 margin) with
     at most two divisions instead of five. The content length is read from the one-byte
     q.qlen, rounded down (so the norm is not larger); a content-only doc needs one division."""
     cdef const uint8_t* ql
