@@ -1095,7 +1095,7 @@ cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_grou
             _add_parts(q, d, w, groups[gi].idf, out)
 
 
-# -- top k, document at a time in windows (docs/SCORING.md "Top k")
+# -- top k, document at a time in windows (docs/SCORING.md "Pruning")
 #
 # A query is scored segment by segment, each segment in windows of at most `window` doc ids,
 # with fixed-size scratch (nothing per query grows with the corpus). In a window every group gets
@@ -1561,8 +1561,8 @@ cdef void _sort_by_bound(Eng* e) noexcept nogil:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
-    """The window with the heap full: see the comment above LState. The session, importance
-    and tag filters are checked only for the docs that pass the first bound test."""
+    """A window once a k-th score is known (see "top k, document at a time" above). The
+    filters are checked only for the docs that pass the first bound test."""
     cdef const Query* q = e.q
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
     cdef uint32_t x, w, d
