@@ -1561,8 +1561,9 @@ cdef void _sort_by_bound(Eng* e) noexcept nogil:
 @cython.boundscheck(False)
 @cython.wraparound(False)
 cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
-    """A window once a k-th score is known (see "top k, document at a time" above). The
-    filters are checked only for the docs that pass the first bound test."""
+    """A window once a k-th score is known (see "top k, document at a time" above). Liveness,
+    kinds and tiers are checked while reading the postings; the session, importance and tag
+    filters only for the docs that pass the first bound test."""
     cdef const Query* q = e.q
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
     cdef uint32_t x, w, d
