@@ -325,91 +325,81 @@ def test_pruning_with_many_ties() -> None:
             assert_same(filtered, ix.search(q, k, kind_mask=0b10, min_importance=51, exhaustive=True))
 
 
-def _common_term_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
-    """2500 docs where the terms 1-3 are very common (many blocks of 128 postings), with tf and
-    length spread widely so that block maxima differ; some in summary/tags, some removed, some
-    left in the buffer. Lengths change every 300 docs, so that whole blocks hold long docs only
-    and can be skipped."""
-    rng = np.random.default_rng(seed)
+def _runs_index(rng, n_docs: int, lengths: tuple[int, ...], run: int, key_hi: int,
+                term_p: dict[int, float], short_tfs: list[int], summary: tuple[int, list, list],
+                tags: tuple[int, list, list], sessions: int, imp_step: int, merge_at: int,
+                removed: range) -> tuple:
+    """Docs whose content length changes every `run` docs (so whole blocks hold long or short
+    docs and their block maxima differ) of other keys below `key_hi`, with the terms of `term_p`
+    added at those rates (tf drawn from `short_tfs` in short docs), some of them in summary/tags too (enough to lift a doc of a skipped block into
+    the top k), some removed and the last ones left in the buffer. `summary`/`tags` are (every,
+    keys for every second time, keys otherwise)."""
     ix, tw = compiled.SearchIndex(), twin.SearchIndex()
-    for d in range(2500):
-        n = (3, 120, 8, 200, 30)[(d // 300) % 5]
-        content = [int(x) for x in rng.integers(10, 400, n)]
-        for t, p in ((1, 0.9), (2, 0.6), (3, 0.3)):
+    for d in range(n_docs):
+        n = lengths[(d // run) % len(lengths)]
+        content = [int(x) for x in rng.integers(10, key_hi, n)]
+        for t, p in term_p.items():
             if rng.random() < p:
-                content += [t] * int(rng.choice([1, 1, 1, 2, 4, 9] if n < 100 else [1, 1, 2]))
-        # other fields: enough to lift a doc of a skipped block into the top k
-        summary = ([1] * 20 if d % 22 == 0 else [5] * 60) if d % 11 == 0 else []
-        tags = ([2, 3] * 10 if d % 26 == 0 else [8] * 30) if d % 13 == 0 else []
-        args = (d, content, summary, tags, [], d % 4, d % 6, d % 4, (d * 13) % 101, d,
-                d.to_bytes(16, "big"))
+                content += [t] * int(rng.choice(short_tfs if n < 100 else [1, 1, 2]))
+        fields = [(every_keys[1] if d % (2 * every_keys[0]) == 0 else every_keys[2])
+                  if d % every_keys[0] == 0 else [] for every_keys in (summary, tags)]
+        args = (d, content, fields[0], fields[1], [], d % sessions, d % 6, d % 4,
+                (d * imp_step) % 101, d, d.to_bytes(16, "big"))
         ix.add(*args)
         tw.add(*args)
-        if d == 2000:
+        if d == merge_at:
             ix.merge_segments()
-    for d in range(0, 2500, 17):
+    for d in removed:
         ix.remove(d)
         tw.remove(d)
     return ix, tw
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_block_max_skipping_keeps_results_on_common_terms(seed: int) -> None:
-    ix, tw = _common_term_index(seed)
-    restored = compiled.SearchIndex.from_arrays(_common_term_index(seed)[0].to_arrays())
-    for index in (ix, restored):
-        index._set_prune_min(0)
-        for q in ([1], [2], [3], [1, 2], [1, 2, 3], [2, 3, 77]):
-            for k in (1, 20, 100):
-                for kw in ({}, {"session": 1}, {"kind_mask": 0b000110, "min_importance": 30}):
-                    got = index.search(q, k, **kw)
-                    assert index.last_pruned
-                    assert len(got[0]) == min(k, len(tw.search(q, 10_000, **kw)[0]))
-                    assert_same(got, index.search(q, k, exhaustive=True, **kw))
-                    assert_same(got, tw.search(q, k, **kw))
+def _common_term_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
+    """2500 docs where the terms 1-3 are very common (many blocks of 128 postings)."""
+    return _runs_index(np.random.default_rng(seed), 2500, (3, 120, 8, 200, 30), 300, 400,
+                       {1: 0.9, 2: 0.6, 3: 0.3}, [1, 1, 1, 2, 4, 9], (11, [1] * 20, [5] * 60),
+                       (13, [2, 3] * 10, [8] * 30), 4, 13, 2000, range(0, 2500, 17))
 
 
 def _similar_idf_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
     """3000 docs where the terms 1-5 each occur in about half the docs (similar, low idf, as the
-    bigrams of a common katakana word), with tf and length in runs of 250 docs so that block
-    maxima differ; some in summary/tags, some removed, some buffered. The candidates of the
-    pruned scorer stay dense here, so its later groups are decoded, not probed."""
-    rng = np.random.default_rng(100 + seed)
-    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
-    for d in range(3000):
-        n = (4, 150, 10, 60, 25, 300)[(d // 250) % 6]
-        content = [int(x) for x in rng.integers(10, 500, n)]
-        for t in (1, 2, 3, 4, 5):
-            if rng.random() < 0.45 + 0.02 * t:
-                content += [t] * int(rng.choice([1, 1, 2, 3, 7] if n < 100 else [1, 1, 2]))
-        summary = ([3, 4] * 6 if d % 38 == 0 else [6] * 40) if d % 19 == 0 else []
-        tags = ([5, 1] * 4 if d % 46 == 0 else [7] * 20) if d % 23 == 0 else []
-        args = (d, content, summary, tags, [], d % 3, d % 6, d % 4, (d * 29) % 101, d,
-                d.to_bytes(16, "big"))
-        ix.add(*args)
-        tw.add(*args)
-        if d == 2600:
-            ix.merge_segments()
-    for d in range(5, 3000, 19):
-        ix.remove(d)
-        tw.remove(d)
-    return ix, tw
+    bigrams of a common katakana word): the essential groups stay dense in every window."""
+    return _runs_index(np.random.default_rng(100 + seed), 3000, (4, 150, 10, 60, 25, 300), 250,
+                       500, {t: 0.45 + 0.02 * t for t in (1, 2, 3, 4, 5)}, [1, 1, 2, 3, 7],
+                       (19, [3, 4] * 6, [6] * 40),
+                       (23, [5, 1] * 4, [7] * 20), 3, 29, 2600, range(5, 3000, 19))
 
 
-@pytest.mark.parametrize("seed", range(2))
-def test_pruning_keeps_results_on_similar_idf_common_terms(seed: int) -> None:
-    ix, tw = _similar_idf_index(seed)
-    restored = compiled.SearchIndex.from_arrays(_similar_idf_index(seed)[0].to_arrays())
+def _assert_pruned_matches(build, queries: list, filters: list) -> None:
+    """Pruned top k == exhaustive == twin, on the built index and on one restored from its
+    arrays, for every query, k and filter set; none cut short."""
+    ix, tw = build()
+    restored = compiled.SearchIndex.from_arrays(build()[0].to_arrays())
     for index in (ix, restored):
         index._set_prune_min(0)
-        for q in ([1, 2, 3, 4, 5], [1, 2, 3], [2, 4], [1, 3, 5, 600]):
+        for q in queries:
             for k in (1, 20, 100):
-                for kw in ({}, {"session": 2}, {"kind_mask": 0b011010, "min_importance": 40}):
+                for kw in filters:
                     got = index.search(q, k, **kw)
                     assert index.last_pruned
                     assert len(got[0]) == min(k, len(tw.search(q, 10_000, **kw)[0]))
                     assert_same(got, index.search(q, k, exhaustive=True, **kw))
                     assert_same(got, tw.search(q, k, **kw))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_block_max_skipping_keeps_results_on_common_terms(seed: int) -> None:
+    _assert_pruned_matches(lambda: _common_term_index(seed),
+                           [[1], [2], [3], [1, 2], [1, 2, 3], [2, 3, 77]],
+                           [{}, {"session": 1}, {"kind_mask": 0b000110, "min_importance": 30}])
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_pruning_keeps_results_on_similar_idf_common_terms(seed: int) -> None:
+    _assert_pruned_matches(lambda: _similar_idf_index(seed),
+                           [[1, 2, 3, 4, 5], [1, 2, 3], [2, 4], [1, 3, 5, 600]],
+                           [{}, {"session": 2}, {"kind_mask": 0b011010, "min_importance": 40}])
 
 
 # ---- filters -----------------------------------------------------------------------------------
