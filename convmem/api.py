@@ -142,11 +142,18 @@ class _Prepared(NamedTuple):
 
 
 def _prepare(rec: Record) -> _Prepared:
-    tags = rec[12]
-    tag_hashes = (np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
-                  if tags else _EMPTY_KEYS)
-    flags = (FLAG_HAS_SUMMARY if rec[11] is not None else 0) | (FLAG_HAS_RELATIONS if rec[13] else 0)
-    return _Prepared(_field_keys(rec), tag_hashes, flags)
+    return _Prepared(_field_keys(rec), _tag_hashes(rec[12]), _doc_flags(rec))
+
+
+def _tag_hashes(tags: list[str]) -> np.ndarray:
+    """The hashes the index keeps for a doc's tags (and a tag filter is matched against)."""
+    if not tags:
+        return _EMPTY_KEYS
+    return np.array([tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64)
+
+
+def _doc_flags(rec: Record) -> int:
+    return (FLAG_HAS_SUMMARY if rec[11] is not None else 0) | (FLAG_HAS_RELATIONS if rec[13] else 0)
 
 
 def _history_arrays(sessions: list, slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -558,11 +565,9 @@ class MemoryStore:
     # by _unstage if the flush fails), then it is committed (_commit_new: the message's slot,
     # session history and relations; _commit_version: it replaces the current version). Nothing
     # reads the store in between: the caller holds _mutex.
-    def _apply_message(self, rec: Record, offset: int, frame_len: int,
-                       prep: _Prepared | None = None) -> int:
-        """Apply a MESSAGE record (replay, import); returns its slot."""
-        if prep is None:
-            prep = _prepare(rec)
+    def _apply_message(self, rec: Record, offset: int, frame_len: int) -> int:
+        """Apply a MESSAGE record (replay); returns its slot."""
+        prep = _prepare(rec)
         slot = self._ids.get(rec[0])
         if slot is None:
             return self._commit_new(rec, self._stage_new(rec, offset, frame_len, prep), frame_len)
@@ -1165,7 +1170,7 @@ class MemoryStore:
         ctx = v.integer("context_size", context_size, lo=0, hi=3, default=0)
         lim = v.integer("limit", limit, lo=1, hi=100, default=20)
         keys = tok.token_keys(q)
-        tag_hashes = np.array([tok.hash_utf8(t.encode("utf-8")) for t in flt.tags], dtype=np.uint64)
+        tag_hashes = _tag_hashes(flt.tags)
         results: list[dict[str, Any]] = []
         with self._mutex:
             self._check_open()
@@ -1464,7 +1469,7 @@ class MemoryStore:
         token_keys = tok.token_keys
         nums: list[int] = []
         flags: list[int] = []
-        # tags -> (their keys as _field_keys gives them, their hashes as _prepare does): a batch
+        # tags -> (their keys as _field_keys gives them, their hashes): a batch
         # repeats a few tag lists (the index copies what add gets, so sharing arrays is safe)
         by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
         try:
@@ -1475,8 +1480,7 @@ class MemoryStore:
                 if tags:
                     tagged = by_tags.get(tuple(tags))
                     if tagged is None:
-                        tagged = by_tags[tuple(tags)] = (_tag_keys(tags), np.array(
-                            [tok.hash_utf8(t.encode("utf-8")) for t in tags], dtype=np.uint64))
+                        tagged = by_tags[tuple(tags)] = (_tag_keys(tags), _tag_hashes(tags))
                 else:
                     tagged = (_EMPTY_KEYS, _EMPTY_KEYS)
                 index.add(doc, token_keys(rec[9]), token_keys(summary) if summary else _EMPTY_KEYS,
@@ -1488,8 +1492,7 @@ class MemoryStore:
                 if rec[13]:
                     relations.add_new(slot, rec[13])
                 nums.append(num)
-                flags.append((FLAG_HAS_SUMMARY if summary is not None else 0)
-                             | (FLAG_HAS_RELATIONS if rec[13] else 0))
+                flags.append(_doc_flags(rec))
         finally:
             # The columns of the records applied (all of them unless one raised).
             n = len(nums)
