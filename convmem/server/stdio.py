@@ -18,7 +18,7 @@ import stat
 import sys
 from collections import deque
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import mcp.types as types
@@ -98,17 +98,28 @@ def encode_message(item: SessionMessage) -> bytes:
     return message.__pydantic_serializer__.to_json(message, by_alias=True, exclude_unset=True) + b"\n"
 
 
-class _ReadStreamProtocol(abc.ABC):
-    """The async-iterator and context-manager protocol of an anyio receive stream, over the
-    subclass's `receive` and `aclose`."""
-
-    @abc.abstractmethod
-    async def receive(self) -> SessionMessage | Exception: ...
+class _ClosingStream(abc.ABC):
+    """The async context-manager protocol of an anyio stream, over the subclass's `aclose`."""
 
     @abc.abstractmethod
     async def aclose(self) -> None: ...
 
-    def __aiter__(self) -> _ReadStreamProtocol:
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class _ReadStreamProtocol(_ClosingStream):
+    """The async-iterator protocol of an anyio receive stream, over the subclass's `receive`."""
+
+    @abc.abstractmethod
+    async def receive(self) -> SessionMessage | Exception: ...
+
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> SessionMessage | Exception:
@@ -116,14 +127,6 @@ class _ReadStreamProtocol(abc.ABC):
             return await self.receive()
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _ReadStreamProtocol:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 class _LenientReadStream(_ReadStreamProtocol):
@@ -141,6 +144,7 @@ class _LenientReadStream(_ReadStreamProtocol):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
 
 class PipeReadStream(_ReadStreamProtocol):
     """JSON-RPC messages from a non-blocking descriptor, one per line, read by the event loop.
@@ -199,7 +203,8 @@ class PipeReadStream(_ReadStreamProtocol):
     async def aclose(self) -> None:
         self._closed = True
 
-class PipeWriteStream:
+
+class PipeWriteStream(_ClosingStream):
     """JSON-RPC messages to a non-blocking descriptor, one line each, written by the event loop.
 
     `send` returns once the whole line is in the kernel's pipe buffer (like the SDK's write plus
@@ -246,14 +251,6 @@ class PipeWriteStream:
         with anyio.move_on_after(_SHUTDOWN_DRAIN_SECONDS, shield=True):
             async with self._lock:
                 pass
-
-    async def __aenter__(self) -> PipeWriteStream:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
 
 def _identity(fd: int) -> tuple[int, int, int] | None:
