@@ -912,7 +912,7 @@ class MemoryStore:
         ulid = v.ulid("message_id", message_id)
         guard = None
         if session_id is not None:
-            guard, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+            guard = v.string("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
         with self._mutex:
             self._check_open()
             slot = self._ids.get(ulid)
@@ -939,7 +939,7 @@ class MemoryStore:
         view = v.choice("view", view, v.VIEWS, default="history")
         lim = v.integer("limit", limit, lo=1, hi=1000, default=100)
         if view == "history":
-            name, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+            name = v.string("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
             with self._mutex:
                 self._check_open()
                 return self._history(name, lim, cursor)
@@ -1161,10 +1161,10 @@ class MemoryStore:
     def search_messages(self, *, query: Any = None, session_id: Any = None,
                         filters_json: Any = None, min_importance: Any = None,
                         context_size: Any = None, limit: Any = None) -> dict[str, Any]:
-        q, _ = v.text("query", query, min_bytes=1, max_bytes=v.MAX_QUERY_BYTES)
+        q = v.string("query", query, min_bytes=1, max_bytes=v.MAX_QUERY_BYTES)
         name = None
         if session_id is not None:
-            name, _ = v.text("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
+            name = v.string("session_id", session_id, min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
         flt = v.filters(filters_json)
         min_imp = v.integer("min_importance", min_importance, lo=0, hi=100, default=0)
         ctx = v.integer("context_size", context_size, lo=0, hi=3, default=0)
