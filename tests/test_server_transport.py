@@ -21,7 +21,7 @@ import anyio
 import mcp.types as types
 import pydantic
 import pytest
-from e2e_helpers import PACKAGE_ROOT, child_env
+from e2e_helpers import PACKAGE_ROOT, child_env, ok
 from mcp import Client
 from mcp.shared.message import SessionMessage
 from mcp.types.methods import serialize_server_result
@@ -114,6 +114,22 @@ def nonblocking_pipe() -> tuple[int, int]:
     return r, w
 
 
+def drain_in_thread(fd: int, received: bytearray, chunk: int = 1 << 16, after: threading.Event | None = None) -> threading.Thread:
+    """A started thread that reads `fd` (blocking, `chunk` bytes at a time, once `after` is set)
+    into `received` until end of input."""
+
+    def read() -> None:
+        if after is not None:
+            assert after.wait(60)
+        os.set_blocking(fd, True)
+        while data := os.read(fd, chunk):
+            received.extend(data)
+
+    thread = threading.Thread(target=read)
+    thread.start()
+    return thread
+
+
 def test_read_stream_splits_lines_across_chunks_and_ends_at_eof() -> None:
     ping = b'{"jsonrpc":"2.0","id":%d,"method":"ping"}'
     chunks = [ping % 1 + b"\n" + (ping % 2)[:10], (ping % 2)[10:] + b"\n\n" + ping % 3 + b"\n" + ping % 4, b""]
@@ -149,15 +165,9 @@ def test_write_stream_delivers_a_large_message_whole_to_a_slow_reader() -> None:
     message = plain_response(1, text)
     received = bytearray()
 
-    def slow_reader(fd: int) -> None:
-        os.set_blocking(fd, True)
-        while chunk := os.read(fd, 1 << 14):
-            received.extend(chunk)
-
     async def scenario() -> None:
         r, w = nonblocking_pipe()
-        reader = threading.Thread(target=slow_reader, args=(r,))
-        reader.start()
+        reader = drain_in_thread(r, received, chunk=1 << 14)  # slow: a quarter of the pipe a read
         stream = PipeWriteStream(w)
         async with stream:
             await stream.send(SessionMessage(message))
@@ -181,16 +191,9 @@ def test_cancelled_send_still_finishes_its_line() -> None:
     received = bytearray()
     drain = threading.Event()
 
-    def reader(fd: int) -> None:
-        assert drain.wait(60)
-        os.set_blocking(fd, True)
-        while chunk := os.read(fd, 1 << 16):
-            received.extend(chunk)
-
     async def scenario() -> None:
         r, w = nonblocking_pipe()
-        thread = threading.Thread(target=reader, args=(r,))
-        thread.start()
+        thread = drain_in_thread(r, received, after=drain)
         stream = PipeWriteStream(w)
         async with anyio.create_task_group() as tg:
             tg.start_soon(stream.send, SessionMessage(big))
@@ -320,30 +323,25 @@ def test_reads_answer_while_rebuild_index_runs_in_a_thread(mode: str) -> None:
     store = BlockingStore()
     loop_thread = threading.current_thread().name
 
-    async def call(client: Client, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        result = await client.call_tool(name, arguments)
-        assert not result.is_error and len(result.content) == 1
-        return json.loads(result.content[0].text)  # type: ignore[union-attr]
-
     async def scenario() -> None:
         async with Client(build_server(store, "test"), mode=mode) as client:  # type: ignore[arg-type]
-            assert await call(client, "search_messages", {"query": "before"}) == {"results": [], "query": "before"}
+            assert await ok(client, "search_messages", {"query": "before"}) == {"results": [], "query": "before"}
             async with anyio.create_task_group() as tg:
                 rebuilt: list[dict[str, Any]] = []
 
                 async def rebuild() -> None:
-                    rebuilt.append(await call(client, "rebuild_index", {}))
+                    rebuilt.append(await ok(client, "rebuild_index", {}))
 
                 tg.start_soon(rebuild)
                 await anyio.to_thread.run_sync(store.rebuild_started.wait)
                 # The rebuild holds its worker thread; the loop still answers, and reads go to threads.
                 assert {t.name for t in (await client.list_tools()).tools} >= {"search_messages"}
-                assert await call(client, "search_messages", {"query": "during"}) == {"results": [], "query": "during"}
-                assert await call(client, "get_system_health", {}) == {"status": "OK"}
+                assert await ok(client, "search_messages", {"query": "during"}) == {"results": [], "query": "during"}
+                assert await ok(client, "get_system_health", {}) == {"status": "OK"}
                 assert not rebuilt
                 store.release.set()
             assert rebuilt == [{"status": "OK"}]
-            assert await call(client, "search_messages", {"query": "after"}) == {"results": [], "query": "after"}
+            assert await ok(client, "search_messages", {"query": "after"}) == {"results": [], "query": "after"}
 
     anyio.run(scenario)
     names = [name for name, _ in store.threads]
