@@ -39,8 +39,6 @@ log = logging.getLogger("convmem")
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB, keeping room for the envelope
 CONTEXT_MESSAGE_CAP = 50
 SNAPSHOT_EVERY_RECORDS = 50_000
-IMPORT_FIELDS = frozenset({"session_id", "role", "content", "metadata", "timestamp", "message_id",
-                           "revision", "updated_at"})
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024
 DEFER_SECTION_BYTES = 4 * 1024 * 1024
 CURSOR_KEY_NAME = "cursor.key"
@@ -1511,8 +1509,8 @@ class MemoryStore:
     def _prepare_import(self, item: Any) -> Record:
         if not isinstance(item, dict):
             raise v.fail("each imported item must be a JSON object")
-        if not IMPORT_FIELDS.issuperset(item):
-            raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(IMPORT_FIELDS))}")
+        if not v.IMPORT_FIELDS.issuperset(item):
+            raise v.fail(f"unknown field; allowed fields are {', '.join(sorted(v.IMPORT_FIELDS))}")
         get = item.get
         session = v.string("session_id", get("session_id"), min_bytes=1, max_bytes=v.MAX_SESSION_BYTES)
         role_i = v.role(get("role"))

@@ -31,6 +31,11 @@ MAX_SUMMARY_BYTES = 4096
 MAX_RELATIONS = 32
 MAX_SOURCES = 64
 MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
+# The fields of an imported message (an import_messages dict, a JSON Lines line); revision and
+# updated_at are written by export so that a round trip keeps them too.
+IMPORT_REQUIRED_FIELDS = ("session_id", "role", "content")
+IMPORT_FIELDS = frozenset(IMPORT_REQUIRED_FIELDS + ("metadata", "timestamp", "message_id",
+                                                    "revision", "updated_at"))
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _CROCKFORD_TO_B32 = bytes.maketrans(_CROCKFORD.encode("ascii"), b"0123456789ABCDEFGHIJKLMNOPQRSTUV")

@@ -17,11 +17,9 @@ from typing import IO, Any
 import orjson
 
 from convmem.errors import ConvMemError
+from convmem.validation import IMPORT_FIELDS as KNOWN_FIELDS
+from convmem.validation import IMPORT_REQUIRED_FIELDS as REQUIRED_FIELDS
 
-REQUIRED_FIELDS = ("session_id", "role", "content")
-# revision and updated_at are written by export so that a round trip keeps them too.
-OPTIONAL_FIELDS = ("metadata", "timestamp", "message_id", "revision", "updated_at")
-KNOWN_FIELDS = frozenset(REQUIRED_FIELDS + OPTIONAL_FIELDS)
 _REQUIRED = frozenset(REQUIRED_FIELDS)
 _NO_METADATA: dict[str, Any] = {}  # (stands for an absent metadata field in the fast check)
 BATCH_SIZE = 1000
