@@ -33,7 +33,8 @@ class RelationIndex:
             src, types, targets = self._pending
         else:
             src_l, types_l, targets_l = [], [], []
-            for slot, edges in self.outgoing.items():
+            self._materialize()
+            for slot, edges in self._outgoing.items():
                 for rtype, target in edges:
                     src_l.append(slot)
                     types_l.append(rtype)
@@ -58,11 +59,6 @@ class RelationIndex:
             grouped.setdefault(slot, []).append((rtype, target))
             self._incoming.setdefault(target, []).append((rtype, slot))
         self._outgoing = {slot: tuple(edges) for slot, edges in grouped.items()}
-
-    @property
-    def outgoing(self) -> dict[int, tuple[Edge, ...]]:
-        self._materialize()
-        return self._outgoing
 
     def add_new(self, slot: int, edges: list[Edge] | tuple[Edge, ...]) -> None:
         """Edges of a message that had none (a new message): nothing to clear."""
