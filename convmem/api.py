@@ -593,10 +593,7 @@ class MemoryStore:
             self._relations.set(slot, rec[13])
         elif old_doc < 0:
             self._relations.add_new(slot, rec[13])
-        self._live_bytes += frame_len
-        if rec[3] > 1:
-            self._update_records += 1
-        self._records_since_snapshot += 1
+        self._count_version(rec, frame_len)
 
     def _stage_new(self, rec: Record, offset: int, frame_len: int, prep: _Prepared) -> int:
         """A new message's doc, numbered as _commit_new will number its slot and session."""
@@ -621,11 +618,16 @@ class MemoryStore:
         self._slot_ts.append(ts)
         self._sessions.insert(num, ts, slot, ulid, rec[5])
         self._relations.add_new(slot, rec[13])
+        self._count_version(rec, frame_len)
+        return slot
+
+    def _count_version(self, rec: Record, frame_len: int) -> None:
+        """The store's counters for a version that has become current (_apply_new_batch counts a
+        batch the same way at once)."""
         self._live_bytes += frame_len
         if rec[3] > 1:
             self._update_records += 1
         self._records_since_snapshot += 1
-        return slot
 
     def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int, session: int,
                  prep: _Prepared) -> int:
