@@ -17,3 +17,11 @@ try:
     import convmem._core  # noqa: F401
 except ImportError:
     sys.path.insert(0, str(ROOT))
+
+
+def convmem_pythonpath() -> str:
+    """PYTHONPATH for a child process that must import the same convmem as this one: the
+    installed package, or the checkout built in place."""
+    import convmem
+
+    return str(Path(convmem.__file__).resolve().parent.parent)

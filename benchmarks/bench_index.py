@@ -16,20 +16,14 @@ from __future__ import annotations
 
 import itertools
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-try:  # the installed package (CI); a source checkout built in place needs its root on the path
-    import convmem._core  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from convmem._core.index import SearchIndex  # noqa: E402
+import _paths  # noqa: F401  (convmem: installed, or the checkout built in place)
+from convmem._core.index import SearchIndex
 
 DOCS = int(os.environ.get("CONVMEM_BENCH_DOCS", "100000"))
 SEED = 1

@@ -19,16 +19,13 @@ import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client, StdioServerParameters
 
-ROOT = Path(__file__).resolve().parent.parent
+import _paths  # benchmarks/ is on the path (conftest.py)
 
 
 def server_params(data_dir: Path) -> StdioServerParameters:
-    import convmem
-
     env = {k: v for k, v in os.environ.items() if k.startswith("CONVMEM_")}
     env.pop("CONVMEM_DATA_DIR", None)
-    # The server imports the same convmem as this process: installed, or a checkout built in place.
-    env["PYTHONPATH"] = str(Path(convmem.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = _paths.convmem_pythonpath()
     return StdioServerParameters(command=sys.executable,
                                  args=["-P", "-m", "convmem", "serve", "--data-dir", str(data_dir)],
                                  env=env, cwd=str(data_dir.parent))

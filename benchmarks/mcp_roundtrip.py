@@ -30,15 +30,12 @@ from mcp import Client, StdioServerParameters
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
+import _paths  # noqa: E402  (corpus.py and convmem on the path)
 import corpus  # noqa: E402
 
 
 def params(data_dir: str) -> StdioServerParameters:
-    import convmem
-
-    # The server imports the same convmem as this process: installed, or a checkout built in place.
-    env = {"PYTHONPATH": str(Path(convmem.__file__).resolve().parent.parent)}
+    env = {"PYTHONPATH": _paths.convmem_pythonpath()}
     return StdioServerParameters(command=sys.executable,
                                  args=["-P", "-m", "convmem", "serve", "--data-dir", data_dir], env=env)
 
