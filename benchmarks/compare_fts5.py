@@ -478,6 +478,17 @@ def time_queries(engines: list[Any], queries: list[dict[str, Any]],
     return samples, overlap
 
 
+def ratios(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...],
+           timings: tuple[str, ...]) -> dict[str, float]:
+    """Engine a's figures over engine b's: each of `keys` that b measured (> 0), then each
+    percentile of each of `timings` (`query_ms` gives query_p50, query_p95, ...)."""
+    out = {key: a[key] / b[key] for key in keys if b.get(key, 0) > 0}
+    for p in ("p50", "p95", "p99", "mean"):
+        for t in timings:
+            out[f"{t.removesuffix('_ms')}_{p}"] = a[t][p] / b[t][p]
+    return out
+
+
 def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     corpus_file = corpus.ensure_corpus(size, args.seed)
@@ -511,22 +522,16 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
         e.close()
     if overlap:
         result["topk_overlap_mean"] = float(np.mean(overlap))
+    engines_run = result["engines"]
     if {"convmem", "fts5"} <= set(args.engines):
-        c, f = result["engines"]["convmem"], result["engines"]["fts5"]
-        ratios = {key: c[key] / f[key] for key in
-                  ("build_s", "close_s", "disk_bytes", "rss_after_build_kb", "rss_peak_kb",
-                   "open_first_query_s", "rss_after_open_kb") if f.get(key, 0) > 0}
-        for p in ("p50", "p95", "p99", "mean"):
-            ratios[f"query_{p}"] = c["query_ms"][p] / f["query_ms"][p]
-        result["ratio_convmem_over_fts5"] = ratios
+        result["ratio_convmem_over_fts5"] = ratios(
+            engines_run["convmem"], engines_run["fts5"],
+            ("build_s", "close_s", "disk_bytes", "rss_after_build_kb", "rss_peak_kb",
+             "open_first_query_s", "rss_after_open_kb"), ("query_ms",))
     if {"convmem", "tantivy"} <= set(args.engines):
-        c, t = result["engines"]["convmem"], result["engines"]["tantivy"]
-        ratios = {key: c[key] / t[key] for key in ("build_s", "disk_bytes", "open_first_query_s")
-                  if t.get(key, 0) > 0}
-        for p in ("p50", "p95", "p99", "mean"):
-            ratios[f"query_{p}"] = c["query_ms"][p] / t["query_ms"][p]
-            ratios[f"core_query_{p}"] = c["core_query_ms"][p] / t["core_query_ms"][p]
-        result["ratio_convmem_over_tantivy"] = ratios
+        result["ratio_convmem_over_tantivy"] = ratios(
+            engines_run["convmem"], engines_run["tantivy"],
+            ("build_s", "disk_bytes", "open_first_query_s"), ("query_ms", "core_query_ms"))
     if not args.keep_stores:
         shutil.rmtree(work, ignore_errors=True)
     return result
