@@ -359,12 +359,16 @@ class MemoryStore:
         # log); a bad one then rebuilds the state from the log.
         big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
 
-        def defer(name: str, nbytes: int) -> bool:
-            return big and name.startswith("ix.") and nbytes >= DEFER_SECTION_BYTES
+        deferred: list[tuple[str, memoryview, int]] = []
+
+        def defer(name: str, view: memoryview, crc: int) -> bool:
+            if big and name.startswith("ix.") and len(view) >= DEFER_SECTION_BYTES:
+                deferred.append((name, view, crc))
+                return True
+            return False
 
         try:
             meta, arrays = read_snapshot(path, defer=defer)
-            deferred = meta.pop("deferred")
         except FileNotFoundError:
             return None
         except SnapshotError as exc:

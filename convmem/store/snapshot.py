@@ -84,8 +84,9 @@ Deferred = list[tuple[str, memoryview, int]]  # (section name, bytes, expected c
 def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Map the snapshot and return (meta, arrays); arrays are read-only views of the map.
 
-    `defer(name, nbytes) -> bool` may postpone the checksum of a section: its check is appended
-    to meta["deferred"] for `verify_deferred` (the store runs it in the background).
+    `defer(name, bytes, expected crc32) -> bool` may take over the checksum of a section: when
+    it answers True the check is left to it (the store keeps it for `verify_deferred`, which it
+    runs in the background).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -116,8 +117,6 @@ def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str
     except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
         raise SnapshotError("snapshot meta is not valid") from exc
     arrays: dict[str, np.ndarray] = {}
-    deferred: Deferred = []
-    meta["deferred"] = deferred
     buf = memoryview(mm)
     for entry in sections:
         try:
@@ -129,9 +128,8 @@ def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str
         if off < 0 or n < 0 or off + n > size:
             raise SnapshotError(f"snapshot section {entry.get('name')!r} runs past the end")
         view = buf[off:off + n]
-        if defer is not None and defer(entry["name"], n):
-            deferred.append((entry["name"], view, entry["crc"]))
-        elif verify and zlib.crc32(view) != entry["crc"]:
+        taken = defer is not None and defer(entry["name"], view, entry["crc"])
+        if verify and not taken and zlib.crc32(view) != entry["crc"]:
             raise SnapshotError(f"snapshot section {entry['name']!r} checksum mismatch")
         count = int(np.prod(shape)) if shape else 1
         if count * dtype.itemsize != n:
