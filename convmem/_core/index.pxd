@@ -91,7 +91,7 @@ cdef struct Group:
     int64_t n_postings
 
 
-# A top-k heap entry: `i` indexes the exact breakdown of the pruned scorer.
+# A top-k heap entry: `i` is the slot of its breakdown (index.pyx: Eng.hbd).
 cdef struct HeapItem:
     double s
     uint32_t d

@@ -1047,54 +1047,6 @@ cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
         _sift_down(q, h, n, 0)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-cdef void _exact(const Query* q, uint32_t d, const Group* groups, int64_t n_groups,
-                 const PList* lists, const uint32_t* gterms, double* out) noexcept nogil:
-    """The breakdown of one doc, groups in ascending key order (the same sums as _exhaustive)."""
-    cdef int64_t gi, li, ki, blk
-    cdef int32_t seg = -1, e
-    cdef int64_t lo = 0, hi = q.n_views, mid
-    cdef uint32_t w, tf
-    cdef const PList* L
-    cdef Cursor cur
-    memset(&cur, 0, sizeof(Cursor))
-    if d < q.buf_lo:
-        while lo < hi:                                # the segment whose range holds d
-            mid = (lo + hi) >> 1
-            if q.views[mid].doc_hi <= d:
-                lo = mid + 1
-            else:
-                hi = mid
-        seg = <int32_t>lo
-    out[0] = 0.0
-    out[1] = 0.0
-    out[2] = 0.0
-    for gi in range(n_groups):
-        w = 0
-        if seg >= 0:
-            for li in range(groups[gi].list_lo, groups[gi].list_hi):
-                L = &lists[li]
-                if L.seg != seg or d < L.first:
-                    continue
-                blk = _find_block(L, 0, d)
-                if blk >= L.nb:
-                    continue
-                _cur_open(L, &cur, blk)
-                tf = _seek(&cur, d)
-                if tf:
-                    w = _tf_add(w, L.field, tf)
-        elif q.head != NULL:
-            for ki in range(groups[gi].key_lo, groups[gi].key_hi):
-                e = q.head[gterms[ki]]
-                while e >= 0:
-                    if q.b_doc[e] == d:
-                        w = _tf_add(w, q.b_field[e], q.b_tf[e])
-                    e = q.b_next[e]
-        if w:
-            _add_parts(q, d, w, groups[gi].idf, out)
-
-
 # -- top k, document at a time in windows (docs/SCORING.md "Pruning")
 #
 # A query is scored segment by segment, each segment in windows of at most `window` doc ids,
@@ -1242,6 +1194,7 @@ cdef struct Eng:
     uint32_t* gl            # window docs touched by the group being accumulated
     uint64_t* wbits         # window docs touched by the query
     HeapItem* heap
+    double* hbd             # the breakdowns of the heap's docs, 3 a slot (HeapItem.i)
     int64_t nh
     int64_t k
     double theta            # the k-th best score once the heap is full, else -1
@@ -1490,8 +1443,19 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
     return idf * big_x / (q.k1 + big_x)
 
 
-cdef inline void _offer(Eng* e, double s, uint32_t d) noexcept nogil:
-    e.nh = _heap_offer(e.q, e.heap, e.nh, e.k, s, d, 0)
+cdef inline void _offer(Eng* e, const double* a, uint32_t d) noexcept nogil:
+    """Offer doc d with its exact breakdown a[0..2]; a taken doc keeps its breakdown in the slot
+    of e.hbd that its heap item names (the slot of the item it replaces)."""
+    cdef double s = (a[0] + a[1]) + a[2]
+    cdef int64_t slot
+    if e.nh < e.k:
+        slot = e.nh
+    elif _better(e.q, s, d, e.heap[0].s, e.heap[0].d):
+        slot = e.heap[0].i
+    else:
+        return
+    memcpy(e.hbd + 3 * slot, a, 3 * sizeof(double))
+    e.nh = _heap_offer(e.q, e.heap, e.nh, e.k, s, d, <uint32_t>slot)
     if e.nh == e.k:
         cvm_store(&e.theta, e.heap[0].s)
 
@@ -1541,7 +1505,7 @@ cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept no
             x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
             bits &= bits - 1
             a = e.wbd + 3 * <int64_t>x
-            _offer(e, (a[0] + a[1]) + a[2], wlo + x)
+            _offer(e, a, wlo + x)
 
 
 @cython.boundscheck(False)
@@ -1662,8 +1626,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                     w = _probe_group(e, g, d) if e.wub[g] != 0.0 else 0
                 if w:
                     _add_parts(q, d, w, e.groups[g].idf, a)
-            s = (a[0] + a[1]) + a[2]
-            _offer(e, s, d)
+            _offer(e, a, d)
             lb = _theta(e) * (1.0 - EPS)
 
 
@@ -1754,7 +1717,7 @@ cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc
                     _add_parts(q, d, w, e.groups[g].idf, a)
                     matched = True
             if matched:
-                _offer(e, (a[0] + a[1]) + a[2], d)
+                _offer(e, a, d)
     _run_buffer(e, IX_WINDOW)
 
 
@@ -1809,7 +1772,7 @@ cdef class _Scratch:
     """The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
     query (never by the corpus)."""
     cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits
-    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap
+    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd
 
     def __cinit__(self):
         garr_init(&self.w_tf, 4)
@@ -1825,6 +1788,7 @@ cdef class _Scratch:
         garr_init(&self.gw, 4)
         garr_init(&self.order, 8)
         garr_init(&self.heap, sizeof(HeapItem))
+        garr_init(&self.hbd, 24)
 
     def __dealloc__(self):
         garr_free(&self.w_tf)
@@ -1840,6 +1804,7 @@ cdef class _Scratch:
         garr_free(&self.gw)
         garr_free(&self.order)
         garr_free(&self.heap)
+        garr_free(&self.hbd)
 
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
                     const uint32_t* gterms, int64_t n_lists, int64_t k) except -1:
@@ -1858,6 +1823,7 @@ cdef class _Scratch:
         garr_reserve(&self.gw, G)
         garr_reserve(&self.order, G)
         garr_reserve(&self.heap, k + 1)
+        garr_reserve(&self.hbd, k + 1)
         e.q = q
         e.groups = groups
         e.G = G
@@ -1875,6 +1841,7 @@ cdef class _Scratch:
         e.gl = <uint32_t*>self.w_gl.data
         e.wbits = <uint64_t*>self.w_bits.data
         e.heap = <HeapItem*>self.heap.data
+        e.hbd = <double*>self.hbd.data
         e.nh = 0
         e.k = k
         e.theta = -1.0
@@ -1886,7 +1853,7 @@ cdef class _Scratch:
                 + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.ls)
                 + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
                 + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)
-                + garr_bytes(&self.heap))
+                + garr_bytes(&self.heap) + garr_bytes(&self.hbd))
 
 
 # ---- the index ---------------------------------------------------------------------------------
@@ -2680,7 +2647,7 @@ cdef class SearchIndex:
         cdef const Group* groups
         cdef const PList* lists
         cdef const uint32_t* gterms
-        cdef double a[3]
+        cdef const double* a
         cdef uint32_t d
         cdef bint pruned
         if k < 0:
@@ -2748,7 +2715,7 @@ cdef class SearchIndex:
                 _run(&e, lists, self.window, pruned, 0, 2)
                 cvm_worker_wait(<cvm_worker*>self._worker)
                 for j in range(e2.nh):
-                    e.nh = _heap_offer(&q, e.heap, e.nh, k, e2.heap[j].s, e2.heap[j].d, 0)
+                    _offer(&e, e2.hbd + 3 * <int64_t>e2.heap[j].i, e2.heap[j].d)
             else:
                 _run(&e, lists, self.window, pruned, 0, 1)
             _heap_sort(&q, e.heap, e.nh)
@@ -2760,7 +2727,7 @@ cdef class SearchIndex:
         cdef double[:, ::1] o_bd = breakdown
         for j in range(e.nh):
             d = e.heap[j].d
-            _exact(&q, d, groups, G, lists, gterms, a)
+            a = e.hbd + 3 * <int64_t>e.heap[j].i
             o_docs[j] = d
             o_scores[j] = e.heap[j].s
             o_bd[j, 0] = a[0]
