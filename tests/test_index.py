@@ -182,7 +182,6 @@ def test_score_matches_the_formula_on_a_hand_made_corpus() -> None:
 @pytest.mark.parametrize("seed", range(6))
 def test_pruned_equals_exhaustive(seed: int) -> None:
     c, ix, _ = random_index(100 + seed, 1200 + 300 * seed, remove_rate=0.15)
-    ix._set_prune_min(0)  # prune every query
     ix._set_window((64, 256, 4096)[seed % 3])  # small windows: many windows, many skipped
     if seed % 2:
         ix.merge_segments()
@@ -201,7 +200,6 @@ def test_block_maxima_stay_bounds_when_avgdl_moves(short_first: bool) -> None:
     made when docs were long (or short) must still bound the scores after avgdl has moved."""
     rng = np.random.default_rng(7)
     ix = compiled.SearchIndex()
-    ix._set_prune_min(0)
     ix._set_window(64)
     tw = twin.SearchIndex()
     lengths = (2, 60) if short_first else (60, 2)
@@ -306,7 +304,6 @@ def test_window_must_be_a_multiple_of_64() -> None:
 def test_pruning_with_many_ties() -> None:
     """Identical docs tie on score: the order then comes from importance, timestamp and ulid."""
     ix = compiled.SearchIndex()
-    ix._set_prune_min(0)
     ix._set_window(64)
     rare, common = 5, 6
     for d in range(600):
@@ -377,7 +374,6 @@ def _assert_pruned_matches(build, queries: list, filters: list) -> None:
     ix, tw = build()
     restored = compiled.SearchIndex.from_arrays(build()[0].to_arrays())
     for index in (ix, restored):
-        index._set_prune_min(0)
         for q in queries:
             for k in (1, 20, 100):
                 for kw in filters:
@@ -448,7 +444,6 @@ def passes(m: dict, kw: dict) -> bool:
 @pytest.mark.parametrize("exhaustive", [False, True])
 def test_filters_keep_k_results(filter_corpus, kw, exhaustive) -> None:
     ix, tw, meta = filter_corpus
-    ix._set_prune_min(0)
     matching = [d for d, m in enumerate(meta) if passes(m, kw)]
     assert matching
     for k in (1, 7, len(matching), len(matching) + 10):
@@ -824,7 +819,6 @@ class IndexMachine(RuleBasedStateMachine):
     def setup(self, seed: int) -> None:
         self.corpus = Corpus(seed, vocab=40, dup_rate=0.2)
         self.ix = compiled.SearchIndex()
-        self.ix._set_prune_min(0)
         self.ix._set_window(64 if seed % 2 else 4096)
         self.tw = twin.SearchIndex()
 
@@ -856,7 +850,6 @@ class IndexMachine(RuleBasedStateMachine):
     @rule()
     def compact(self) -> None:
         self.ix, o2n = self.ix.compacted()
-        self.ix._set_prune_min(0)
         self.tw, o2n_t = self.tw.compacted()
         assert np.array_equal(o2n, o2n_t)
 
@@ -866,7 +859,6 @@ class IndexMachine(RuleBasedStateMachine):
         for a in arrays.values():
             a.flags.writeable = False
         self.ix = compiled.SearchIndex.from_arrays(arrays)
-        self.ix._set_prune_min(0)
         self.tw = twin.SearchIndex.from_arrays(self.tw.to_arrays())
 
     @invariant()
@@ -887,7 +879,6 @@ def test_threads_can_share_an_index() -> None:
     docs = [c.doc() for _ in range(6000)]
     queries = [c.query() for _ in range(50)]
     ix = compiled.SearchIndex()
-    ix._set_prune_min(0)
     errors: list[BaseException] = []
     done = threading.Event()
 

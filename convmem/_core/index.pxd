@@ -12,7 +12,6 @@ cdef enum:
     IX_TABLE_MIN = 1024     # smallest term hash table (slots)
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
-    IX_PRUNE_MIN = 0        # below this many postings a query is scored exhaustively
     IX_WINDOW = 4096        # largest scoring window (doc ids)
     IX_PAR_MIN = 30000      # queries touching this many postings are scored by two threads
 
@@ -179,7 +178,6 @@ cdef class SearchIndex:
     cdef void* _worker      # the second scoring thread (index.pyx: cvm_worker), NULL until needed
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
     cdef object _lock       # RLock held by every public method that touches the index
-    cdef readonly int64_t prune_min     # queries touching fewer postings are scored exhaustively
     cdef readonly int64_t window        # doc ids per scoring window (a multiple of 64)
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
     cdef readonly bint last_parallel    # whether the last search used two threads

@@ -13,7 +13,6 @@ FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
 _Keys = npt.NDArray[np.uint64] | Sequence[int]
 
 class SearchIndex:
-    prune_min: int  # queries touching fewer postings are scored exhaustively (default 0)
     window: int  # doc ids per scoring window (default 4096)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
@@ -80,7 +79,6 @@ class SearchIndex:
         weights: tuple[float, float, float] = (1.0, 1.5, 2.0),
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
-    def _set_prune_min(self, n: int) -> None: ...
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
 
 def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code stands for

@@ -1918,7 +1918,6 @@ cdef class SearchIndex:
         self._keep = []
         self._views = NULL
         self._n_views = 0
-        self.prune_min = IX_PRUNE_MIN
         self.window = IX_WINDOW
         self._lock = threading.RLock()
         self.last_pruned = False
@@ -2677,7 +2676,7 @@ cdef class SearchIndex:
         gterms = <const uint32_t*>self._q_terms.data
         for j in range(G):
             total += groups[j].n_postings
-        pruned = not exhaustive and total >= self.prune_min
+        pruned = not exhaustive
         self.last_pruned = pruned
         # Scratch sized by the query: the lists of the segment that has the most of them.
         for m in range(self._n_views):
@@ -2734,10 +2733,6 @@ cdef class SearchIndex:
             o_bd[j, 1] = a[1]
             o_bd[j, 2] = a[2]
         return docs, scores, breakdown
-
-    def _set_prune_min(self, int64_t n) -> None:
-        """Tests and benchmarks: prune from n postings on (0 = always)."""
-        self.prune_min = n
 
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""

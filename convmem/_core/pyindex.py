@@ -175,14 +175,11 @@ class SearchIndex:
         self._docs: list[_Doc] = []
         self._term_ids: dict[int, int] = {}
         self._term_keys: list[int] = []
-        self.prune_min = 0  # the twin always scores exhaustively, in one thread, every doc
+        # the twin always scores exhaustively, in one thread, every doc
         self.window = 4096
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
-
-    def _set_prune_min(self, n: int) -> None:
-        self.prune_min = n
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
