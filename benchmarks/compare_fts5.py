@@ -157,13 +157,12 @@ class ConvmemEngine:
         tags = np.array([tok.hash_utf8(t.encode("utf-8")) for t in flt.tags], dtype=np.uint64)
         session, docs = -1, None
         if args.get("session_id") is not None:
-            s = st._sessions.get(args["session_id"])
+            s = st._catalog.sessions.get(args["session_id"])
             if s is None or s.n == 0:
                 return 0
             session = s.num
-            docs = st._slot_doc.data[s.slots[:s.n]]
-            docs = np.sort(docs[docs >= 0])
-        found, _, _ = st._index.search(keys, args.get("limit", K), session=session,
+            docs = st._catalog.session_docs(s)
+        found, _, _ = st._catalog.index.search(keys, args.get("limit", K), session=session,
                                        kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                                        min_importance=args.get("min_importance") or 0,
                                        tag_hashes=tags, session_docs=docs)

@@ -7,10 +7,10 @@ memory_estimate against the bytes tracemalloc traced, as the ratio estimate / tr
 
 Attributing traced bytes to the estimate's categories: each allocation's traceback (up to 24
 frames) is searched for convmem frames:
-- a frame in convmem/index/sessions.py -> history_index_bytes,
-- a frame in convmem/index/relations.py -> relation_index_bytes,
-- a frame on a line of convmem/api.py that calls the compiled search index (`self._index.*`,
-  `core_index.*`, `new_ix.*`; compiled code has no frames of its own, so its allocations show up
+- a frame in convmem/catalog/sessions.py -> history_index_bytes,
+- a frame in convmem/catalog/relations.py -> relation_index_bytes,
+- a frame on a line of convmem/catalog/catalog.py that calls the compiled search index
+  (`self.index.*`, `index.*`, `core_index.*`, `new_index.*`; compiled code has no frames of its own, so its allocations show up
   on the calling line) -> "index" = metadata_bytes + search_index_bytes (the index reports its
   document columns as metadata and its postings/terms as search index; tracemalloc cannot split
   one call into the two),
@@ -50,13 +50,13 @@ import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
 import corpus  # noqa: E402
 from compare_fts5 import RESULTS_DIR, machine_info  # noqa: E402
 
-API_FILE = ROOT / "convmem" / "api.py"
-INDEX_CALL_PREFIXES = ("self._index.", "core_index.", "new_ix.")
+API_FILE = ROOT / "convmem" / "catalog" / "catalog.py"
+INDEX_CALL_PREFIXES = ("self.index.", "index.", "core_index.", "new_index.", "cat.index.")
 CATEGORIES = ("store_entries_bytes", "history_index_bytes", "relation_index_bytes", "index")
 
 
 def index_call_lines(path: Path = API_FILE) -> set[int]:
-    """Line numbers of api.py that lie inside a call into the compiled search index."""
+    """Line numbers of catalog.py that lie inside a call into the compiled search index."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     lines: set[int] = set()
     for node in ast.walk(tree):
@@ -73,12 +73,12 @@ def classify(frames: list[tuple[str, int]], index_lines: set[int]) -> str:
     if not convmem_frames:
         return "outside"
     for f, _ in convmem_frames:
-        if f.endswith("convmem/index/sessions.py"):
+        if f.endswith("convmem/catalog/sessions.py"):
             return "history_index_bytes"
-        if f.endswith("convmem/index/relations.py"):
+        if f.endswith("convmem/catalog/relations.py"):
             return "relation_index_bytes"
     for f, n in convmem_frames:
-        if f.endswith("convmem/api.py") and n in index_lines:
+        if f.endswith("convmem/catalog/catalog.py") and n in index_lines:
             return "index"
     if any("/convmem/store/" in f for f, _ in convmem_frames[:1]):
         return "store_io"

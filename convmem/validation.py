@@ -12,25 +12,15 @@ from typing import Any
 
 import orjson
 
-from ._core.codec import ulid_str  # noqa: F401  (the text form of ids, compiled)
+from ._core import codec
+from .domain import (ALL_KINDS_MASK, IMPORTANCE, ALL_RELATION_TYPES_MASK, ALL_TIERS_MASK, KINDS,
+                     MAX_FILTER_VALUES, MAX_JSON_ARG_BYTES, MAX_RELATION_TYPE_VALUES,
+                     MAX_RELATIONS, MAX_SOURCES, MAX_SUMMARY_BYTES, MAX_TAG_BYTES, MAX_TAGS,
+                     MAX_TOOL_CALL_ID_BYTES, RELATION_TYPES, ROLES, TIERS)
 from .errors import VALIDATION_ERROR, ConvMemError
 
-ROLES = ("user", "assistant", "system")
-KINDS = ("conversation", "episode", "semantic", "procedure", "preference", "summary")
-TIERS = ("short", "mid", "long", "discard")
-RELATION_TYPES = ("depends_on", "derived_from", "supersedes", "related_to")
-VIEWS = ("history", "content", "context", "sessions")
+ulid_str = codec.ulid_str  # the text form of ids (through the core switch: compiled or twin)
 
-MAX_SESSION_BYTES = 256
-MAX_CONTENT_BYTES = 1024 * 1024
-MAX_QUERY_BYTES = 4096
-MAX_TOOL_CALL_ID_BYTES = 256
-MAX_TAGS = 32
-MAX_TAG_BYTES = 128
-MAX_SUMMARY_BYTES = 4096
-MAX_RELATIONS = 32
-MAX_SOURCES = 64
-MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
 # The fields of an imported message (an import_messages dict, a JSON Lines line); revision and
 # updated_at are written by export so that a round trip keeps them too.
 IMPORT_REQUIRED_FIELDS = ("session_id", "role", "content")
@@ -248,7 +238,7 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
     if key == "memory_kind":
         return KINDS.index(choice(where, val, KINDS))
     if key == "importance":
-        return integer(where, val, lo=0, hi=100, default=None)
+        return integer(where, val, lo=IMPORTANCE[0], hi=IMPORTANCE[1], default=None)
     if key == "summary":
         s = text(where, val, min_bytes=0, max_bytes=MAX_SUMMARY_BYTES)[0]
         return s or None
@@ -302,8 +292,8 @@ def apply_metadata(base: Metadata | None, fields: dict[str, Any]) -> Metadata:
 # -- search filters -------------------------------------------------------------------------
 @dataclass
 class Filters:
-    kind_mask: int = 0x3F
-    tier_mask: int = 0x0F
+    kind_mask: int = ALL_KINDS_MASK
+    tier_mask: int = ALL_TIERS_MASK
     tags: list[str] = field(default_factory=list)
 
 
@@ -326,26 +316,26 @@ def filters(value: Any) -> Filters:
             out.tags = [text(f"{where}[]", t, min_bytes=1, max_bytes=MAX_TAG_BYTES)[0] for t in val]
             continue
         options = KINDS if key == "kinds" else TIERS
-        if not isinstance(val, list) or len(val) > 64:
+        if not isinstance(val, list) or len(val) > MAX_FILTER_VALUES:
             raise fail(f"{where} must be an array of: {', '.join(options)}")
         mask = 0
         for v in val:
             mask |= 1 << options.index(choice(f"{where}[]", v, options))
         if key == "kinds":
-            out.kind_mask = mask or 0x3F  # an empty list does not constrain
+            out.kind_mask = mask or ALL_KINDS_MASK  # an empty list does not constrain
         else:
-            out.tier_mask = mask or 0x0F
+            out.tier_mask = mask or ALL_TIERS_MASK
     return out
 
 
 def relation_types(value: Any) -> int:
     """A bit mask of relation types (all when not given or empty)."""
     if value is None:
-        return 0x0F
+        return ALL_RELATION_TYPES_MASK
     arr = json_arg("relation_types_json", value)
-    if not isinstance(arr, list) or len(arr) > 16:
+    if not isinstance(arr, list) or len(arr) > MAX_RELATION_TYPE_VALUES:
         raise fail(f"relation_types_json must be a JSON array of: {', '.join(RELATION_TYPES)}")
     mask = 0
     for v in arr:
         mask |= 1 << RELATION_TYPES.index(choice("relation_types_json[]", v, RELATION_TYPES))
-    return mask or 0x0F
+    return mask or ALL_RELATION_TYPES_MASK

@@ -236,21 +236,22 @@ def test_search_response_budget_is_filled_exactly_like_measuring_every_item(stor
     then measured: the list must be the one that measuring every item gives, and fit."""
     import orjson
 
-    from convmem import api, validation
+    from convmem import domain, validation
+    from convmem.api import paging, store as store_module
     sizes = [1024 * 1024 - 64, 300_000, 900_000, 5, 1024 * 1024 - 64, 700_000, 80, 1024 * 1024 - 64,
              400_000, 1024 * 1024 - 64, 999_999, 1024 * 1024 - 64, 12]
     for n in sizes:  # control characters: 6 JSON bytes each, the worst case for the bound
         write(store, "needle " + "\x01" * n, tags=["t"], summary="needle" + "\x02" * 100)
     got = store.search_messages(query="needle", limit=100)["results"]
     for item in got:  # each bound holds for its own record
-        slot = store._ids.get(validation.ulid("message_id", item["message_id"]))  # noqa: SLF001
-        doc = int(store._slot_doc.data[slot])  # noqa: SLF001
-        assert len(orjson.dumps(item)) + 1 <= api._json_bound(int(store._doc_len.data[doc]))  # noqa: SLF001
-    monkeypatch.setattr(api, "_json_bound", lambda n: api.RESPONSE_BUDGET + 1)  # measure all
+        slot = store._catalog.ids.get(validation.ulid("message_id", item["message_id"]))  # noqa: SLF001
+        doc = store._catalog.current_doc(slot)  # noqa: SLF001
+        assert len(orjson.dumps(item)) + 1 <= paging.json_bound(store._catalog.doc_span(doc)[1])  # noqa: SLF001
+    monkeypatch.setattr(store_module, "json_bound", lambda n: domain.RESPONSE_BUDGET + 1)  # measure all
     want = store.search_messages(query="needle", limit=100)["results"]
     assert 1 <= len(got) < len(sizes)
     assert got == want
-    assert len(orjson.dumps(got)) < api.RESPONSE_BUDGET + 16 * 1024
+    assert len(orjson.dumps(got)) < domain.RESPONSE_BUDGET + 16 * 1024
 
 
 # -- content view --------------------------------------------------------------------------

@@ -9,8 +9,8 @@ import numpy as np
 from convmem import MemoryStore
 from convmem.store.snapshot import SNAPSHOT_NAME
 
-COLUMNS = ("_doc_offset", "_doc_len", "_doc_slot", "_doc_kind", "_doc_flags", "_slot_doc",
-           "_slot_session", "_slot_ts")
+COLUMNS = ("doc_offset", "doc_len", "doc_slot", "doc_kind", "doc_flags", "slot_doc",
+           "slot_session", "slot_ts")
 ULID = "01HK3KNQ13MWEV5X6ZEPWCXZKN"
 
 
@@ -36,9 +36,9 @@ def items() -> list[dict]:
 
 
 def state(store: MemoryStore) -> dict:
-    got = {name: getattr(store, name).view().tolist() for name in COLUMNS}
+    got = {name: getattr(store._catalog, name).view().tolist() for name in COLUMNS}
     got["sessions"] = [(s.name, s.ts[: s.n].tolist(), s.slots[: s.n].tolist(), s.kind_counts)
-                       for s in store._sessions.by_num]
+                       for s in store._catalog.sessions.by_num]
     health = store.get_system_health()
     got["health"] = {k: health[k] for k in ("log_size", "active_messages", "session_count",
                                             "last_sequence", "update_records", "dead_bytes")}
@@ -57,7 +57,7 @@ def test_batch_import_state_equals_replay(tmp_path: Path):
     (tmp_path / SNAPSHOT_NAME).unlink()  # the reopened store replays every record one by one
     with MemoryStore.open(tmp_path) as replayed:
         assert state(replayed) == imported
-    assert imported["_doc_flags"][:3] == [0, 0, 3]  # summary and relations flags
+    assert imported["doc_flags"][:3] == [0, 0, 3]  # summary and relations flags
     assert imported["health"]["update_records"] == 1  # the item imported at revision 3
 
 
@@ -77,10 +77,10 @@ def test_batch_rejects_bad_items_and_writes_nothing_for_them(tmp_path: Path):
         assert results[3].message == "metadata.tags[] must be at most 128 UTF-8 bytes"
         assert results[4].code == "CONFLICT"
         assert store.get_system_health()["active_messages"] == 3
-        assert len(store._doc_offset.view()) == 3 and len(store._slot_ts.view()) == 3
+        assert len(store._catalog.doc_offset.view()) == 3 and len(store._catalog.slot_ts.view()) == 3
         assert store.import_message_batch(bad[:2], all_or_nothing=True)[0] is not None
         assert store.get_system_health()["active_messages"] == 3
         size = (tmp_path / "messages.log").stat().st_size
         assert store.import_message_batch([good[0] | {"content": 5}]) != [None]
         assert (tmp_path / "messages.log").stat().st_size == size
-        assert np.array_equal(store._slot_doc.view(), np.arange(3))
+        assert np.array_equal(store._catalog.slot_doc.view(), np.arange(3))

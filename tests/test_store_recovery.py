@@ -237,9 +237,9 @@ def test_second_process_gets_busy_with_pid(tmp_path):
 
 
 def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeypatch):
-    import convmem.api
+    from convmem.store import recovery
 
-    monkeypatch.setattr(convmem.api, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    monkeypatch.setattr(recovery, "VERIFY_IN_FOREGROUND_BYTES", 0)
     make_store(tmp_path, keep_snapshot=True)
     off, length = records(tmp_path)[1]
     data = (tmp_path / LOG).read_bytes()
@@ -256,10 +256,10 @@ def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeyp
 
 
 def test_damaged_index_section_found_in_background_rebuilds_from_log(tmp_path, monkeypatch):
-    import convmem.api
+    from convmem.store import recovery
 
-    monkeypatch.setattr(convmem.api, "VERIFY_IN_FOREGROUND_BYTES", 0)
-    monkeypatch.setattr(convmem.api, "DEFER_SECTION_BYTES", 0)
+    monkeypatch.setattr(recovery, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    monkeypatch.setattr(recovery, "DEFER_SECTION_BYTES", 0)
     make_store(tmp_path, keep_snapshot=True)
     snap = tmp_path / SNAP
     meta, _ = read_snapshot(snap)
@@ -292,10 +292,10 @@ def test_emptied_log_beside_a_snapshot_is_reported(tmp_path):
 
 
 def test_snapshot_of_another_index_format_is_rebuilt_quietly(tmp_path, monkeypatch):
-    import convmem.api
+    from convmem.catalog import catalog
 
     make_store(tmp_path, keep_snapshot=True)
-    monkeypatch.setattr(convmem.api.core_index, "ARRAYS_FORMAT", 10_000)
+    monkeypatch.setattr(catalog.core_index, "ARRAYS_FORMAT", 10_000)
     with MemoryStore.open(tmp_path) as s:
         h = s.get_system_health()
         # An upgrade, not damage: no diagnostic; the state is re-derived from the log.

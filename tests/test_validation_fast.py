@@ -9,7 +9,7 @@ import pytest
 from convmem import ConvMemError
 from convmem import validation as v
 from convmem.importers.jsonl import _shape_error
-from convmem.index.columns import Column
+from convmem.catalog.columns import Column
 
 
 def outcome(call: Callable[[], Any]) -> tuple[str, Any]:

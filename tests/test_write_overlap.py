@@ -16,7 +16,7 @@ from typing import Iterator
 
 import pytest
 
-import convmem.api
+import convmem.api.store
 from convmem import ConvMemError, MemoryStore
 from convmem._core import pysyncer
 from convmem._core import syncer as core_syncer
@@ -285,7 +285,7 @@ def test_replaced_os_fdatasync_is_honoured(store_dir, monkeypatch):
 
 
 def test_work_that_fails_during_the_flush_withdraws_the_record(store_dir, monkeypatch):
-    real_prepare = convmem.api._prepare
+    real_prepare = convmem.api.store.prepare
 
     def broken(rec):
         raise MemoryError("no room")
@@ -293,10 +293,10 @@ def test_work_that_fails_during_the_flush_withdraws_the_record(store_dir, monkey
     with MemoryStore.open(store_dir) as s:
         s.write_message(session_id="s", role="user", content="first")
         c0 = counts(s)
-        monkeypatch.setattr(convmem.api, "_prepare", broken)
+        monkeypatch.setattr(convmem.api.store, "prepare", broken)
         with pytest.raises(MemoryError):
             s.write_message(session_id="s", role="user", content="second")
-        monkeypatch.setattr(convmem.api, "_prepare", real_prepare)
+        monkeypatch.setattr(convmem.api.store, "prepare", real_prepare)
         assert counts(s) == c0
         assert os.path.getsize(store_dir / "messages.log") == c0["log_size"]
         s.write_message(session_id="s", role="user", content="third")

@@ -95,6 +95,25 @@ def encode_message(
 ) -> bytes: ...
 def decode_message(buf: Buffer, offset: int = 0, length: int = -1) -> MessageTuple: ...
 def message_content_span(buf: Buffer, offset: int = 0, length: int = -1) -> tuple[int, int]: ...
+def message_revision(buf: Buffer, offset: int = 0, length: int = -1) -> int: ...
 def encode_delete(ulid: Buffer) -> bytes: ...
 def decode_delete(buf: Buffer, offset: int = 0, length: int = -1) -> bytes: ...
 def ulid_str(ulid: bytes) -> str: ...
+
+# MessageTuple's fields by index: rec[R_CONTENT] is the content.
+R_ULID: int  # 0
+R_TIMESTAMP: int  # 1
+R_UPDATED_AT: int  # 2
+R_REVISION: int  # 3
+R_ROLE: int  # 4
+R_KIND: int  # 5
+R_TIER: int  # 6
+R_IMPORTANCE: int  # 7
+R_SESSION_ID: int  # 8
+R_CONTENT: int  # 9
+R_TOOL_CALL_ID: int  # 10
+R_SUMMARY: int  # 11
+R_TAGS: int  # 12
+R_RELATIONS: int  # 13
+R_SOURCES: int  # 14
+RECORD_FIELDS: tuple[str, ...]  # their names, in that order

@@ -635,3 +635,33 @@ def ulid_str(const unsigned char[::1] ulid not None):
             v = (hi << (64 - shift)) | (lo >> shift)
         out[i] = _CROCKFORD[v & 31]
     return out[:26].decode("ascii")
+
+
+# -- the decoded MESSAGE tuple's fields, by name (decode_message's order; FORMAT.md section 3) --
+R_ULID = 0
+R_TIMESTAMP = 1
+R_UPDATED_AT = 2
+R_REVISION = 3
+R_ROLE = 4
+R_KIND = 5
+R_TIER = 6
+R_IMPORTANCE = 7
+R_SESSION_ID = 8
+R_CONTENT = 9
+R_TOOL_CALL_ID = 10
+R_SUMMARY = 11
+R_TAGS = 12
+R_RELATIONS = 13
+R_SOURCES = 14
+RECORD_FIELDS = ("ulid", "timestamp", "updated_at", "revision", "role", "kind", "tier",
+                 "importance", "session_id", "content", "tool_call_id", "summary", "tags",
+                 "relations", "sources")
+
+
+def message_revision(buf, Py_ssize_t offset=0, Py_ssize_t length=-1):
+    """The revision of a MESSAGE payload; checks only its fixed part (the caller checked the
+    record's checksum)."""
+    cdef const unsigned char[::1] mv = buf
+    cdef Reader r = Reader(NULL, 0, 0)  # set by _open; initialised for -Wmaybe-uninitialized
+    _open(&r, mv, offset, length)
+    return load_u32(_message_fixed(&r) + 32)

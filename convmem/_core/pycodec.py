@@ -449,3 +449,31 @@ def ulid_str(ulid: bytes) -> str:
         raise ValueError("a ULID is 16 bytes")
     n = int.from_bytes(ulid, "big")
     return "".join(_CROCKFORD[(n >> shift) & 31] for shift in range(125, -1, -5))
+
+
+# -- the decoded MESSAGE tuple's fields, by name (decode_message's order; FORMAT.md section 3) --
+R_ULID = 0
+R_TIMESTAMP = 1
+R_UPDATED_AT = 2
+R_REVISION = 3
+R_ROLE = 4
+R_KIND = 5
+R_TIER = 6
+R_IMPORTANCE = 7
+R_SESSION_ID = 8
+R_CONTENT = 9
+R_TOOL_CALL_ID = 10
+R_SUMMARY = 11
+R_TAGS = 12
+R_RELATIONS = 13
+R_SOURCES = 14
+RECORD_FIELDS = ("ulid", "timestamp", "updated_at", "revision", "role", "kind", "tier",
+                 "importance", "session_id", "content", "tool_call_id", "summary", "tags",
+                 "relations", "sources")
+
+
+def message_revision(buf, offset: int = 0, length: int = -1) -> int:
+    """The revision of a MESSAGE payload; checks only its fixed part (the caller checked the
+    record's checksum)."""
+    mv, end = _view(buf, offset, length)
+    return _message_fixed(mv, offset, end)[3]

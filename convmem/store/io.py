@@ -51,13 +51,13 @@ def fsync_dir(directory: Path, io: IoCounters) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, chunks, io: IoCounters) -> int:
+def write_file_atomically(path: Path, chunks, io: IoCounters, mode: int = 0o644) -> int:
     """Write chunks to `path.tmp`, fsync, rename over `path`, fsync the directory.
 
     A crash leaves either the old file or the new one. Returns the new file's size.
     """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     size = 0
     try:
         for chunk in chunks:

@@ -29,6 +29,9 @@ class LogFile:
         self.base_sequence = base_sequence
         self.size = size  # the end of the flushed records
         self.io = io
+        # Set when the log was renamed into place (rebuild_index) and the directory fsync that
+        # makes the rename durable failed: no append is acknowledged until it succeeds.
+        self.dir_sync_pending = False
         self._syncer = syncer.Syncer()  # its thread starts with the first begin_append
         self._in_flight: tuple[int, int, pysyncer.Syncer | syncer.Syncer] | None = None
 
@@ -67,6 +70,7 @@ class LogFile:
     # -- writing -------------------------------------------------------------------------
     def append(self, data: bytes | bytearray) -> int:
         """Append and fdatasync; returns the offset where `data` starts."""
+        self._sync_dir_if_pending()
         offset = self.size
         try:
             pwrite_all(self.fd, data, offset, self.io)
@@ -84,6 +88,7 @@ class LogFile:
         of finish_append() and abort_append() must follow, and nothing else may write."""
         if self._in_flight is not None:
             raise RuntimeError("an append is already in flight")
+        self._sync_dir_if_pending()
         offset = self.size
         flusher = self._flusher()
         try:
@@ -117,6 +122,16 @@ class LogFile:
         except OSError:
             pass
         self._cut_back(offset)
+
+    def _sync_dir_if_pending(self) -> None:
+        if not self.dir_sync_pending:
+            return
+        try:
+            fsync_dir(self.path.parent, self.io)
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, "the log's directory entry is not durable yet "
+                                         f"(directory fsync failed: {exc.strerror or exc})") from exc
+        self.dir_sync_pending = False
 
     def _take_in_flight(self) -> tuple[int, int, pysyncer.Syncer | syncer.Syncer]:
         if self._in_flight is None:

@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
+                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_SESSION_BYTES,
+                      MIN_IMPORTANCE, RELATION_DEPTH, ROLES, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT,
+                      VIEWS)
+
 ULID_PATTERN = "^[0-7][0-9A-HJKMNP-TV-Z]{25}$"  # canonical Crockford base32, 26 characters
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,8 @@ def _string(description: str, **limits: Any) -> dict[str, Any]:
     return {"type": "string", "description": description, **limits}
 
 
-def _integer(description: str, minimum: int, maximum: int | None = None, default: int | None = None) -> dict[str, Any]:
+def _integer(description: str, minimum: int, maximum: int | None = None,
+             default: int | None = None) -> dict[str, Any]:
     schema: dict[str, Any] = {"type": "integer", "description": description, "minimum": minimum}
     if maximum is not None:
         schema["maximum"] = maximum
@@ -54,7 +59,8 @@ def _message_id(description: str) -> dict[str, Any]:
     return _string(description, minLength=26, maxLength=26, pattern=ULID_PATTERN)
 
 
-_SESSION_ID = _string("Conversation/session identifier, 1-256 UTF-8 bytes.", minLength=1, maxLength=256)
+_SESSION_ID = _string(f"Conversation/session identifier, 1-{MAX_SESSION_BYTES} UTF-8 bytes.",
+                      minLength=1, maxLength=MAX_SESSION_BYTES)
 _METADATA_JSON = _string(
     "A JSON object encoded as a string. Fields: tool_call_id (string), tags (string array, max 32), "
     "memory_tier (short|mid|long|discard), memory_kind (conversation|episode|semantic|procedure|"
@@ -74,8 +80,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "session_id": _SESSION_ID,
-                "role": {"type": "string", "enum": ["user", "assistant", "system"], "description": "Author role."},
-                "content": _string("Message text, 1 byte to 1 MiB of UTF-8.", minLength=1, maxLength=MIB),
+                "role": {"type": "string", "enum": list(ROLES), "description": "Author role."},
+                "content": _string("Message text, 1 byte to 1 MiB of UTF-8.", minLength=1, maxLength=MAX_CONTENT_BYTES),
                 "metadata_json": _METADATA_JSON,
             },
             ("session_id", "role", "content"),
@@ -92,7 +98,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "message_id": _message_id("ULID of the message to update."),
-                "content": _string("New content, up to 1 MiB of UTF-8.", minLength=1, maxLength=MIB),
+                "content": _string("New content, up to 1 MiB of UTF-8.", minLength=1, maxLength=MAX_CONTENT_BYTES),
                 "metadata_json": _METADATA_JSON,
                 "expected_revision": _integer("Required current revision.", 1),
             },
@@ -114,20 +120,20 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
             {
                 "view": {
                     "type": "string",
-                    "enum": ["history", "content", "context", "sessions"],
-                    "default": "history",
+                    "enum": list(VIEWS),
+                    "default": VIEWS[0],
                     "description": "Which view to return.",
                 },
-                "limit": _integer("Page size for history and sessions.", 1, 1000, 100),
+                "limit": _integer("Page size for history and sessions.", *HISTORY_LIMIT),
                 "cursor": _string("nextCursor from the previous page (opaque)."),
                 "session_id": _SESSION_ID,
                 "message_id": _message_id("ULID of the message (content and context views)."),
-                "content_offset": _integer("UTF-8 byte offset to start at (content view).", 0, default=0),
-                "content_limit": _integer("Target chunk size in bytes (content view).", 1, 65536, 4096),
+                "content_offset": _integer("UTF-8 byte offset to start at (content view).", *CONTENT_OFFSET),
+                "content_limit": _integer("Target chunk size in bytes (content view).", *CONTENT_LIMIT),
                 "expected_revision": _integer("Required current revision (content view).", 1),
-                "before": _integer("Earlier messages of the same session (context view).", 0, 10, 1),
-                "after": _integer("Later messages of the same session (context view).", 0, 10, 1),
-                "relation_depth": _integer("Relation traversal depth (context view).", 0, 2, 1),
+                "before": _integer("Earlier messages of the same session (context view).", *CONTEXT_BEFORE),
+                "after": _integer("Later messages of the same session (context view).", *CONTEXT_AFTER),
+                "relation_depth": _integer("Relation traversal depth (context view).", *RELATION_DEPTH),
                 "relation_types_json": _string(
                     'JSON array of relation types to follow, e.g. "[\\"derived_from\\"]" (context view). '
                     "Default: all types."
@@ -146,12 +152,14 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "query": _string("Search text, 1-4096 UTF-8 bytes.", minLength=1, maxLength=4096),
+                "query": _string(f"Search text, 1-{MAX_QUERY_BYTES} UTF-8 bytes.", minLength=1,
+                                 maxLength=MAX_QUERY_BYTES),
                 "session_id": _SESSION_ID,
                 "filters_json": _string("Filter object as a JSON string. Default {}."),
-                "min_importance": _integer("Only messages with at least this importance.", 0, 100, 0),
-                "context_size": _integer("Messages before and after each result to include.", 0, 3, 0),
-                "limit": _integer("Maximum number of results.", 1, 100, 20),
+                "min_importance": _integer("Only messages with at least this importance.", *MIN_IMPORTANCE),
+                "context_size": _integer("Messages before and after each result to include.",
+                                         *SEARCH_CONTEXT_SIZE),
+                "limit": _integer("Maximum number of results.", *SEARCH_LIMIT),
             },
             ("query",),
         ),
@@ -167,7 +175,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "message_id": _message_id("ULID of the message to delete."),
-                "session_id": _string("Delete only if the message belongs to this session.", minLength=1, maxLength=256),
+                "session_id": _string("Delete only if the message belongs to this session.", minLength=1,
+                                  maxLength=MAX_SESSION_BYTES),
             },
             ("message_id",),
         ),

@@ -9,7 +9,9 @@ from typing import Callable
 
 import numpy as np
 
-N_KINDS = 6
+from ..domain import KINDS
+
+N_KINDS = len(KINDS)
 _ARRAY_OVERHEAD = 112  # bytes of a numpy array object beside its data
 
 

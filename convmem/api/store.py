@@ -1,0 +1,637 @@
+"""MemoryStore: the library face of convmem, one method per MCP tool.
+
+Each tool method takes the tool's arguments as keyword arguments, returns the dict that the tool's
+JSON text holds, and raises ConvMemError for application errors. All calls are serialised by one
+lock. A write is acknowledged only once its record has been fdatasync'ed; its in-memory work runs
+while the flush does (on the flusher thread) and is committed after it (docs/DESIGN.md).
+
+This module owns the lifecycle (open, recovery, close), the write protocol, the snapshot cadence
+and health; the state is the Catalog's, the views are in views.py, recovery and compaction in
+store/.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from .. import validation as v
+from .._core import codec, tokenizer
+from ..catalog.catalog import Catalog
+from ..catalog.docs import (R_CONTENT, R_RELATIONS, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
+                            R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare,
+                            tag_hashes)
+from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
+                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_SESSION_BYTES,
+                      MIN_IMPORTANCE, RELATION_DEPTH, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT, VIEWS)
+from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
+from ..ids import UlidClock, now_ms
+from ..store import compaction, recovery
+from ..store.cursor_key import CURSOR_KEY_NAME, load_cursor_key
+from ..store.io import IoCounters
+from ..store.lock import DirLock
+from ..store.logfile import LOG_NAME, LogFile
+from ..store.records import read_message_at
+from ..store.snapshot import SNAPSHOT_NAME, snapshot_size, write_snapshot
+from . import bulk, views
+from .paging import Budget, Cursors, json_bound
+from .records import RecordReader, message, metadata_of, new_record
+
+log = logging.getLogger("convmem")
+
+SNAPSHOT_EVERY_RECORDS = 50_000
+# Half-written files of an interrupted snapshot, rebuild_index or key write, removed at open.
+LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
+                  compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
+                  CURSOR_KEY_NAME + ".tmp")
+SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
+_T = TypeVar("_T")
+
+
+class MemoryStore:
+    """A conversation-memory store in one data directory (see docs/DESIGN.md)."""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> "MemoryStore":
+        return cls(Path(path))
+
+    def __init__(self, directory: Path) -> None:
+        self._mutex = threading.RLock()
+        self.directory = directory
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, f"cannot create the data directory: {exc.strerror}") from exc
+        self._dirlock = DirLock(directory)
+        try:
+            with self._mutex:  # a background verifier started by _open waits for it to finish
+                self._open()
+        except BaseException:
+            self._dirlock.release()
+            raise
+
+    def __enter__(self) -> "MemoryStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._verifier is not None:
+            self._verifier.join()
+            self._verifier = None
+        with self._mutex:
+            if self._log is None:
+                return
+            try:
+                if self._catalog.unsaved_records:
+                    self._write_snapshot()
+            except ConvMemError as exc:
+                log.warning("snapshot at close failed: %s", exc.message)
+            finally:
+                self._log.close()
+                self._log = None  # type: ignore[assignment]
+                self._dirlock.release()
+
+    def checkpoint(self) -> None:
+        """Write a snapshot now (after a bulk import, so that the next open replays nothing)."""
+        with self._mutex:
+            self._check_open()
+            if self._catalog.unsaved_records:
+                self._write_snapshot()
+
+    def _open(self) -> None:
+        self._verifier: threading.Thread | None = None
+        self._io = IoCounters()
+        self._findings = recovery.Findings()
+        for leftover in LEFTOVER_NAMES:
+            compaction.remove_quietly(self.directory / leftover)
+        self._cursors = Cursors(load_cursor_key(self.directory, self._io))
+        log_path = self.directory / LOG_NAME
+        had_log = log_path.exists() and log_path.stat().st_size > 0
+        self._log = LogFile.open(log_path, self._io)
+        if not had_log and snapshot_size(self.directory / SNAPSHOT_NAME) > 0:
+            # A snapshot without its log: the log was lost or emptied; what it held is gone.
+            self._findings.last_error = ("CORRUPT_STORE: the log was missing or empty beside an "
+                                         "existing snapshot; the store starts empty")
+            log.error("%s", self._findings.last_error)
+        self._clock = UlidClock()
+        self._set_catalog(self._empty_catalog())
+        start = codec.LOG_HEADER_SIZE
+        loaded = recovery.load_snapshot(self.directory, self._log, self._read_record,
+                                        self._findings)
+        if loaded is not None:
+            catalog, start, meta = loaded
+            self._set_catalog(catalog)
+            self._clock = UlidClock.from_meta(meta.get("ulid_last"))
+            self._verify_covered(start)
+        replayed = recovery.replay(self._log, self._catalog, start, self._findings)
+        cat = self._catalog
+        cat.unsaved_records = 0
+        if replayed or loaded is None and self._log.size > codec.LOG_HEADER_SIZE:
+            cat.unsaved_records = max(replayed, 1)
+        if cat.unsaved_records >= 1 and (loaded is None or replayed >= 1000):
+            self._write_snapshot()
+
+    def _empty_catalog(self) -> Catalog:
+        return Catalog(self._read_record, self._log.base_sequence)
+
+    def _set_catalog(self, catalog: Catalog) -> None:
+        self._catalog = catalog
+        self._reader = RecordReader(self._log, catalog)
+
+    def _read_record(self, offset: int, length: int) -> Record:
+        """The catalog's way back to a version's record (in the log the store has now)."""
+        return read_message_at(self._log, offset, length, codec.decode_message)
+
+    def _verify_covered(self, end: int) -> None:
+        deferred, self._findings.deferred = self._findings.deferred, []
+        log_id = self._log.log_id
+
+        def apply(bad: str | None, damage: list[recovery.Damage]) -> None:
+            if bad is not None:
+                self._reload_from_log(f"snapshot section {bad!r} is damaged; state rebuilt from the log")
+                return
+            for start, stop, reason in damage:
+                self._findings.damage(start, reason, stop - start)
+                self._catalog.drop_damaged(start, stop)
+
+        self._verifier = recovery.verify_covered(
+            self._log, end, deferred, apply, self._mutex,
+            lambda: self._log is not None and self._log.log_id == log_id)
+
+    def _reload_from_log(self, why: str) -> None:
+        self._findings.snapshot_rejected(why)
+        self._set_catalog(self._empty_catalog())
+        recovery.replay(self._log, self._catalog, codec.LOG_HEADER_SIZE, self._findings)
+        self._write_snapshot()
+
+    # -- health state --------------------------------------------------------------------
+    @property
+    def last_error(self) -> str:
+        return self._findings.last_error
+
+    @last_error.setter
+    def last_error(self, value: str) -> None:
+        self._findings.last_error = value
+
+    @property
+    def recovered_tail(self) -> bool:
+        return self._findings.recovered_tail
+
+    @property
+    def snapshot_valid(self) -> bool:
+        return self._findings.snapshot_valid
+
+    # -- snapshot ------------------------------------------------------------------------
+    def _write_snapshot(self) -> None:
+        meta, arrays = self._catalog.snapshot_state()
+        meta.update(self._log_meta(), covered_end=self._log.size)
+        try:
+            write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
+        except OSError as exc:
+            self.last_error = f"IO_ERROR: snapshot write failed: {exc.strerror or exc}"
+            raise ConvMemError(IO_ERROR, "snapshot write failed") from exc
+        self._catalog.unsaved_records = 0
+
+    def _log_meta(self, log_id: bytes | None = None) -> dict[str, Any]:
+        """The snapshot meta that ties it to its log and the store's clock."""
+        return {"format_version": codec.FORMAT_VERSION,
+                "log_id": (log_id or self._log.log_id).hex(),
+                "ulid_last": self._clock.to_meta()}
+
+    def _after_write(self) -> None:
+        # A snapshot bounds the replay at the next open; its cost grows with the store, so the
+        # interval grows too (replay after a crash stays under a quarter of the store).
+        due = max(SNAPSHOT_EVERY_RECORDS, self._catalog.index.n_docs // 4)
+        if self._catalog.unsaved_records >= due:
+            try:
+                self._write_snapshot()
+            except ConvMemError as exc:
+                log.warning("periodic snapshot failed: %s", exc.message)
+
+    # -- the write protocol --------------------------------------------------------------
+    def _noting_errors(self, step: Callable[[], _T]) -> _T:
+        """Run a log step; an I/O failure is also health's last_error."""
+        try:
+            return step()
+        except ConvMemError as exc:
+            self.last_error = f"{exc.code}: {exc.message}"
+            raise
+
+    def _append(self, frames: list[bytes]) -> list[int]:
+        """Append frames with one write and one fdatasync; returns their offsets."""
+        data = frames[0] if len(frames) == 1 else b"".join(frames)
+        start = self._noting_errors(lambda: self._log.append(data))
+        offsets = []
+        pos = start
+        for f in frames:
+            offsets.append(pos)
+            pos += len(f)
+        return offsets
+
+    def _append_overlapped(self, frame: bytes, work: Callable[[int], _T],
+                           undo: Callable[[_T], None] | None = None) -> tuple[int, _T]:
+        """Append one record (the next sequence number) and run `work(offset)` while its flush
+        runs on the flusher thread; returns (offset, what work returned) once it is durable.
+
+        What `work` changes in the store must be invisible to reads until the caller commits it,
+        must come last in it (if `work` raises, the record is cut back and the exception passes
+        on, nothing is undone), and is withdrawn by `undo(its result)` if the flush fails
+        (IO_ERROR: the record is cut back off the log).
+        """
+        offset = self._noting_errors(lambda: self._log.begin_append(frame))
+        try:
+            result = work(offset)
+        except BaseException:
+            self._log.abort_append()
+            raise
+        try:
+            self._noting_errors(self._log.finish_append)
+        except ConvMemError:
+            if undo is not None:
+                undo(result)
+            raise
+        self._catalog.last_seq += 1
+        self._catalog.last_record_offset = offset
+        return offset, result
+
+    def _frame(self, rtype: int, payload: bytes) -> bytes:
+        return codec.encode_record(rtype, self._catalog.last_seq + 1, payload)
+
+    def _check_open(self) -> None:
+        if self._log is None:
+            raise ConvMemError(INTERNAL_ERROR, "the store is closed")
+
+    # =====================================================================================
+    # Tools
+    # =====================================================================================
+    def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
+                      metadata_json: Any = None) -> dict[str, Any]:
+        session = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
+        role_i = v.role(role)
+        body = v.string("content", content, min_bytes=1, max_bytes=MAX_CONTENT_BYTES)
+        fields = {} if metadata_json is None else v.metadata_fields(
+            v.json_arg("metadata_json", metadata_json))
+        meta = v.apply_metadata(None, fields)
+        with self._mutex:
+            self._check_open()
+            cat = self._catalog
+            clock_before = self._clock.last
+            ulid, ts = self._clock.new()
+            rec = new_record(ulid, ts, ts, 1, role_i, session, body, meta)
+            frame = self._frame(codec.REC_MESSAGE, codec.encode_message(*rec))
+
+            def stage(offset: int) -> tuple[int, Prepared, dict[str, Any]]:
+                prep = prepare(rec)
+                answer = {"status": "OK", "message": message(rec)}
+                return cat.stage_new(rec, offset, len(frame), prep), prep, answer
+
+            try:
+                _, (doc, prep, answer) = self._append_overlapped(
+                    frame, stage, lambda staged: cat.unstage(staged[0], staged[1]))
+            except BaseException:
+                self._clock.last = clock_before  # the id was not used
+                raise
+            cat.commit_new(rec, doc, len(frame))
+            self._after_write()
+            return answer
+
+    def update_message(self, *, message_id: Any = None, content: Any = None,
+                       metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
+        ulid = v.ulid("message_id", message_id)
+        if content is not None:
+            content = v.string("content", content, min_bytes=1, max_bytes=MAX_CONTENT_BYTES)
+        fields = None if metadata_json is None else v.metadata_fields(
+            v.json_arg("metadata_json", metadata_json))
+        expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
+        if content is None and fields is None:
+            raise v.fail("update_message needs content or metadata_json")
+        with self._mutex:
+            self._check_open()
+            cat = self._catalog
+            slot, doc = cat.live_doc(ulid)
+            rec = self._reader.record(doc)
+            if expected is not None and expected != rec[R_REVISION]:
+                raise ConvMemError(CONFLICT, "expected_revision does not match the current revision")
+            old_meta = metadata_of(rec)
+            meta = v.apply_metadata(old_meta, fields or {})
+            body = rec[R_CONTENT] if content is None else content
+            if body == rec[R_CONTENT] and meta == old_meta:
+                return {"status": "OK", "changed": False, "message": message(rec)}
+            new = new_record(ulid, rec[R_TIMESTAMP], max(now_ms(), rec[R_UPDATED_AT]),
+                             rec[R_REVISION] + 1, rec[R_ROLE], rec[R_SESSION_ID], body, meta)
+            frame = self._frame(codec.REC_MESSAGE, codec.encode_message(*new))
+
+            def stage(offset: int) -> tuple[int, Prepared, tuple[Any, Any, Any], dict[str, Any]]:
+                prep = prepare(new)
+                # The old version's keys come from the record read above, not from the log again.
+                old_keys = field_keys(rec)
+                answer = {"status": "OK", "changed": True, "message": message(new)}
+                return cat.stage_version(new, offset, len(frame), slot, prep), prep, old_keys, answer
+
+            _, (new_doc, _, old_keys, answer) = self._append_overlapped(
+                frame, stage, lambda staged: cat.unstage(staged[0], staged[1]))
+            cat.commit_version(new, slot, new_doc, len(frame), old_keys)
+            self._after_write()
+            return answer
+
+    def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
+        ulid = v.ulid("message_id", message_id)
+        guard = None
+        if session_id is not None:
+            guard = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
+        with self._mutex:
+            self._check_open()
+            cat = self._catalog
+            slot = cat.ids.get(ulid)
+            if slot is None or cat.current_doc(slot) < 0:
+                return {"status": "NOT_FOUND"}
+            if guard is not None and cat.session_of_slot(slot).name != guard:
+                return {"status": "NOT_FOUND"}
+            doc = cat.current_doc(slot)
+            frame = self._frame(codec.REC_DELETE, codec.encode_delete(ulid))
+            _, old_keys = self._append_overlapped(frame, lambda offset: cat.index_keys(doc))
+            cat.apply_delete(ulid, old_keys)
+            self._after_write()
+            return {"status": "OK"}
+
+    def read_messages(self, *, view: Any = None, limit: Any = None, cursor: Any = None,
+                      session_id: Any = None, message_id: Any = None, content_offset: Any = None,
+                      content_limit: Any = None, expected_revision: Any = None, before: Any = None,
+                      after: Any = None, relation_depth: Any = None,
+                      relation_types_json: Any = None) -> dict[str, Any]:
+        view = v.choice("view", view, VIEWS, default=VIEWS[0])
+        lo, hi, default = HISTORY_LIMIT
+        lim = v.integer("limit", limit, lo=lo, hi=hi, default=default)
+        if view == "history":
+            name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
+            with self._mutex:
+                self._check_open()
+                return views.history(self._reader, self._cursors, name, lim, cursor)
+        if view == "sessions":
+            with self._mutex:
+                self._check_open()
+                return views.session_list(self._reader, self._cursors, lim, cursor)
+        ulid = v.ulid("message_id", message_id)
+        if view == "content":
+            off = _ranged("content_offset", content_offset, CONTENT_OFFSET)
+            clim = _ranged("content_limit", content_limit, CONTENT_LIMIT)
+            expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
+            with self._mutex:
+                self._check_open()
+                return views.content_range(self._reader, ulid, off, clim, expected)
+        nb = _ranged("before", before, CONTEXT_BEFORE)
+        na = _ranged("after", after, CONTEXT_AFTER)
+        depth = _ranged("relation_depth", relation_depth, RELATION_DEPTH)
+        types = v.relation_types(relation_types_json)
+        with self._mutex:
+            self._check_open()
+            return views.context(self._reader, ulid, nb, na, depth, types)
+
+    def search_messages(self, *, query: Any = None, session_id: Any = None,
+                        filters_json: Any = None, min_importance: Any = None,
+                        context_size: Any = None, limit: Any = None) -> dict[str, Any]:
+        q = v.string("query", query, min_bytes=1, max_bytes=MAX_QUERY_BYTES)
+        name = None
+        if session_id is not None:
+            name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
+        flt = v.filters(filters_json)
+        min_imp = _ranged("min_importance", min_importance, MIN_IMPORTANCE)
+        ctx = _ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
+        lim = _ranged("limit", limit, SEARCH_LIMIT)
+        keys = tokenizer.token_keys(q)
+        filter_tags = tag_hashes(flt.tags)
+        results: list[dict[str, Any]] = []
+        with self._mutex:
+            self._check_open()
+            cat, reader = self._catalog, self._reader
+            session_num = -1
+            session_docs = None
+            if name is not None:
+                s = cat.sessions.get(name)
+                if s is None or s.n == 0:
+                    return {"results": results}
+                session_num = s.num
+                if s.n <= SESSION_DOCS_MAX:
+                    # The index may score just these instead of scanning postings for them.
+                    session_docs = cat.session_docs(s)
+            if len(keys) == 0:
+                return {"results": results}
+            docs, scores, parts = cat.index.search(
+                keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
+                min_importance=min_imp, tag_hashes=filter_tags, session_docs=session_docs)
+            budget = Budget(results)
+            offsets = cat.doc_offset.data[docs].tolist()
+            lengths = cat.doc_len.data[docs].tolist()
+            decode = codec.decode_message
+            for i, (doc, score, (c, sm, tg)) in enumerate(zip(docs.tolist(), scores.tolist(),
+                                                             parts.tolist())):
+                rec = reader.at(offsets[i], lengths[i], decode)
+                item = message(rec)
+                item["score"] = score
+                item["score_breakdown"] = {"content": c, "summary": sm, "tags": tg}
+                item["matched_fields"] = [f for f, x in (("content", c), ("summary", sm),
+                                                         ("tags", tg)) if x > 0.0]
+                item["relation_count"] = len(rec[R_RELATIONS])
+                if ctx > 0:
+                    before, after, _ = cat.neighbours(int(cat.doc_slot.data[doc]), ctx, ctx)
+                    item["context_preview"] = {
+                        "before": [reader.message_of_slot(sl) for sl in before],
+                        "after": [reader.message_of_slot(sl) for sl in after],
+                    }
+                bound = None if ctx > 0 else json_bound(lengths[i])
+                if not budget.take(item, bound):
+                    break
+                results.append(item)
+        return {"results": results}
+
+    def rebuild_index(self) -> dict[str, Any]:
+        with self._mutex:
+            self._check_open()
+            return self._rebuild()
+
+    def _rebuild(self) -> dict[str, Any]:
+        cat = self._catalog
+        bytes_before = self._log.size
+        records_before = cat.record_count
+        live_slots = cat.live_slots()
+        live_docs = cat.slot_doc.data[live_slots]
+        spans = list(zip(cat.doc_offset.data[live_docs].tolist(),
+                         cat.doc_len.data[live_docs].tolist()))
+        new_index, old_to_new = cat.index.compacted()
+        snapshot_tmp = self.directory / compaction.NEXT_SNAPSHOT_NAME
+        try:
+            new = compaction.write_compacted_log(self.directory, self._log, spans, cat.last_seq,
+                                                 self._io)
+        except ConvMemError as exc:
+            if exc.code == IO_ERROR:
+                self.last_error = f"IO_ERROR: rebuild failed: {_cause(exc)}"
+            raise
+        try:
+            # The new records by new doc number (index.compacted renumbers the docs).
+            new_docs = old_to_new[live_docs.astype(np.int64)]
+            doc_offset = np.zeros(len(spans), dtype=np.int64)
+            doc_len = np.zeros(len(spans), dtype=np.uint32)
+            doc_offset[new_docs] = new.offsets
+            doc_len[new_docs] = new.lengths
+            meta, arrays = cat.compacted_state(live_slots, old_to_new, new_index, doc_offset,
+                                               doc_len)
+            meta.update(self._log_meta(new.log_id), covered_end=new.size, last_seq=cat.last_seq,
+                        last_record_offset=new.last_record_offset,
+                        update_records=new.update_records, deleted_messages=0,
+                        live_bytes=int(doc_len.sum()))
+            # The new snapshot waits under its own name; the switch renames both.
+            write_snapshot(snapshot_tmp, meta, arrays, self._io)
+        except BaseException as exc:
+            new.discard()
+            compaction.remove_quietly(snapshot_tmp)
+            if isinstance(exc, OSError):
+                self.last_error = f"IO_ERROR: rebuild failed: {exc.strerror or exc}"
+                raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
+            raise
+        try:
+            switched = compaction.switch(self.directory, new, snapshot_tmp, self._io)
+        except ConvMemError as exc:
+            self.last_error = f"IO_ERROR: rebuild failed: {_cause(exc)}"
+            raise
+        # The store is NEW from here on: writes go to the log a restart opens.
+        self._log.close()
+        self._log = switched.log
+        self._set_catalog(Catalog.from_snapshot(self._read_record, meta, arrays))
+        self._catalog.unsaved_records = 0
+        self.last_error = ""
+        if switched.error:
+            self.last_error = f"IO_ERROR: rebuild_index: {switched.error}"
+            log.error("%s", self.last_error)
+            self._catalog.unsaved_records = 1  # the snapshot in place is not the new log's
+            raise ConvMemError(IO_ERROR, "rebuild_index compacted the log, but " + switched.error)
+        return {
+            "status": "OK",
+            "messages_indexed": len(spans),
+            "records_removed": records_before - len(spans),
+            "bytes_before": bytes_before,
+            "bytes_after": new.size,
+        }
+
+    def get_system_health(self) -> dict[str, Any]:
+        with self._mutex:
+            self._check_open()
+            cat = self._catalog
+            mem = cat.memory_estimate()
+            return {
+                "status": "DEGRADED" if self.last_error else "OK",
+                "format_version": codec.FORMAT_VERSION,
+                "log_size": self._log.size,
+                "snapshot_size": snapshot_size(self.directory / SNAPSHOT_NAME),
+                "active_messages": cat.index.n_live,
+                "session_count": cat.sessions.live_sessions,
+                "deleted_messages": cat.deleted_messages,
+                "last_sequence": cat.last_seq,
+                "update_records": cat.update_records,
+                "dead_bytes": self._log.size - codec.LOG_HEADER_SIZE - cat.live_bytes,
+                "memory_estimate": {"total_bytes": sum(mem.values()), **mem},
+                "io": self._io.as_dict(),
+                "recovered_tail": self.recovered_tail,
+                "snapshot_valid": self.snapshot_valid,
+                "last_error": self.last_error,
+            }
+
+    # =====================================================================================
+    # Bulk import and export
+    # =====================================================================================
+    def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
+        """Import dicts in groups of `batch_size`, one fdatasync per group; returns the count.
+
+        The first invalid item raises its ConvMemError (items of earlier groups stay imported).
+        """
+        total = 0
+        batch: list[dict[str, Any]] = []
+        for item in items:
+            batch.append(item)
+            if len(batch) >= batch_size:
+                total += self._import_strict(batch)
+                batch = []
+        if batch:
+            total += self._import_strict(batch)
+        self.checkpoint()
+        return total
+
+    def _import_strict(self, batch: list[dict[str, Any]]) -> int:
+        for err in self.import_message_batch(batch, all_or_nothing=True):
+            if err is not None:
+                raise err
+        return len(batch)
+
+    def import_message_batch(self, items: list[dict[str, Any]], *,
+                             all_or_nothing: bool = False) -> list[ConvMemError | None]:
+        """Validate and append a group with one write and one fdatasync.
+
+        Returns one entry per item: None when imported, else its error. Invalid items are
+        skipped (or, with all_or_nothing, nothing is written when any item is invalid).
+        """
+        results: list[ConvMemError | None] = []
+        with self._mutex:
+            self._check_open()
+            cat = self._catalog
+            prepared = []
+            seen: set[bytes] = set()
+            for item in items:
+                try:
+                    rec = bulk.prepare_import(item, self._clock)
+                    if rec[R_ULID] in cat.ids or rec[R_ULID] in seen:
+                        raise ConvMemError(CONFLICT, "message_id already exists")
+                    seen.add(rec[R_ULID])
+                    prepared.append(rec)
+                    results.append(None)
+                except ConvMemError as exc:
+                    results.append(exc)
+            if not prepared or (all_or_nothing and len(prepared) != len(items)):
+                return results
+            encode_message, encode_record, rtype = codec.encode_message, codec.encode_record, codec.REC_MESSAGE
+            seq = cat.last_seq
+            frames = [encode_record(rtype, seq + i, encode_message(*rec))
+                      for i, rec in enumerate(prepared, start=1)]
+            offsets = self._append(frames)
+            cat.last_seq = seq + len(frames)
+            cat.last_record_offset = offsets[-1]
+            cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
+            self._after_write()
+        return results
+
+    def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
+        """Live messages as import dicts, session by session (by start time), in history order."""
+        with self._mutex:
+            self._check_open()
+            sessions = self._catalog.sessions
+            if session_id is not None:
+                s = sessions.get(session_id)
+                nums = [s.num] if s is not None and s.n else []
+            else:
+                nums = [num for _, _, num in sessions.ordered()]
+            slots = [int(x) for num in nums for x in sessions.by_num[num].slots[: sessions.by_num[num].n]]
+        for slot in slots:
+            with self._mutex:
+                doc = self._catalog.current_doc(slot)
+                if doc < 0:
+                    continue
+                m = message(self._reader.record(doc))
+            yield bulk.export_item(m)
+
+
+def _ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:
+    lo, hi, default = bounds
+    return v.integer(name, value, lo=lo, hi=hi, default=default)  # type: ignore[return-value]
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__
+    if isinstance(cause, OSError):
+        return cause.strerror or str(cause)
+    return getattr(exc, "message", str(exc))

@@ -1,0 +1,215 @@
+"""The four views of read_messages: a session's history, the session list, a byte range of one
+message's content, and one message in its context (neighbours and the relation graph).
+
+Each takes a RecordReader (the catalog and the log it was built from) and answers the tool's
+dict; the caller holds the store's lock.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import struct
+from typing import Any
+
+import orjson
+
+from ..catalog.docs import FLAG_HAS_SUMMARY, R_CONTENT, R_RELATIONS, R_SUMMARY, R_ULID, Record
+from ..catalog.sessions import Session
+from ..domain import CONTEXT_MESSAGE_CAP, KINDS, RELATION_TYPES
+from ..errors import CONFLICT, ConvMemError
+from .._core import codec
+from ..validation import fail, ulid_str
+from .paging import Budget, Cursors
+from .records import RecordReader, message
+
+_TS = struct.Struct("<q")
+_DELETED_ENTRY_BYTES = 80  # a relation entry for a deleted message, within the budget
+
+
+# -- history ----------------------------------------------------------------------------------
+def history(reader: RecordReader, cursors: Cursors, name: str, limit: int,
+            cursor: Any) -> dict[str, Any]:
+    """A session's live messages in history order, from the cursor's position on."""
+    cat = reader.catalog
+    scope = hashlib.sha256(name.encode("utf-8")).digest()[:8]
+    s = cat.sessions.get(name)
+    start = 0
+    if cursor is not None:
+        raw = cursors.open(cursor, b"H")
+        if len(raw) != 32 or raw[:8] != scope:
+            raise fail("cursor does not belong to this session's history")
+        (ts,) = _TS.unpack(raw[8:16])
+        if s is not None:
+            start = cat.sessions.after(s, ts, raw[16:32])
+    out: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"history": out}
+    if s is None:
+        return result
+    budget = Budget()
+    i = start
+    while i < s.n and len(out) < limit:
+        msg = reader.message_of_slot(int(s.slots[i]))
+        if not budget.take(msg):
+            break
+        out.append(msg)
+        i += 1
+    if i < s.n and out:
+        last_slot = int(s.slots[i - 1])
+        payload = scope + _TS.pack(int(s.ts[i - 1])) + cat.ulid_of(last_slot)
+        result["nextCursor"] = cursors.make(b"H", payload)
+    return result
+
+
+# -- sessions ---------------------------------------------------------------------------------
+def session_list(reader: RecordReader, cursors: Cursors, limit: int, cursor: Any) -> dict[str, Any]:
+    """Sessions with live messages by (start time, session id), from the cursor's position on."""
+    cat = reader.catalog
+    order = cat.sessions.ordered()
+    start = 0
+    if cursor is not None:
+        raw = cursors.open(cursor, b"S")
+        if len(raw) < 8:
+            raise fail("cursor is not valid for this request")
+        (started,) = _TS.unpack(raw[:8])
+        start = bisect.bisect_right(order, (started, raw[8:], 1 << 62))
+    out: list[dict[str, Any]] = []
+    budget = Budget()
+    i = start
+    while i < len(order) and len(out) < limit:
+        s = cat.sessions.by_num[order[i][2]]
+        item = {
+            "session_id": s.name,
+            "message_count": s.n,
+            "kind_counts": dict(zip(KINDS, s.kind_counts)),
+            "representative_summary": representative(reader, s),
+            "started_at": s.started_at,
+            "last_message_at": s.last_message_at,
+        }
+        if not budget.take(item):
+            break
+        out.append(item)
+        i += 1
+    result: dict[str, Any] = {"sessions": out}
+    if i < len(order) and out:
+        started, name_bytes, _ = order[i - 1]
+        result["nextCursor"] = cursors.make(b"S", _TS.pack(started) + name_bytes)
+    return result
+
+
+def representative(reader: RecordReader, s: Session) -> str:
+    """The latest summary in the session, else the latest message's full content."""
+    cat = reader.catalog
+    flags = cat.doc_flags.data
+    slot_doc = cat.slot_doc.data
+    for i in range(s.n - 1, -1, -1):
+        doc = int(slot_doc[int(s.slots[i])])
+        if flags[doc] & FLAG_HAS_SUMMARY:
+            return reader.record(doc)[R_SUMMARY]
+    return reader.record(int(slot_doc[int(s.slots[s.n - 1])]))[R_CONTENT]
+
+
+# -- content ----------------------------------------------------------------------------------
+def content_range(reader: RecordReader, ulid: bytes, off: int, limit: int,
+                  expected: int | None) -> dict[str, Any]:
+    """Up to `limit` bytes of a message's content from byte `off`, cut on code point bounds."""
+    _, doc = reader.catalog.live_doc(ulid)
+
+    def content_bytes(data: bytes, poff: int, plen: int) -> tuple[int, bytes]:
+        start, length = codec.message_content_span(data, poff, plen)
+        return codec.message_revision(data, poff, plen), data[start:start + length]
+
+    revision, data = reader.read_doc(doc, content_bytes)
+    if expected is not None and expected != revision:
+        raise ConvMemError(CONFLICT, "expected_revision does not match the current revision")
+    total = len(data)
+    if off > total:
+        raise fail("content_offset is past the end of the content")
+    if off < total and (data[off] & 0xC0) == 0x80:
+        raise fail("content_offset is not on a UTF-8 code point boundary")
+    end = min(off + limit, total)
+    while end < total and end > off and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    if end == off and off < total:
+        # The limit is smaller than one code point: return that code point whole.
+        lead = data[off]
+        end = off + (1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4)
+    return {
+        "content_range": {
+            "message_id": ulid_str(ulid),
+            "revision": revision,
+            "total_bytes": total,
+            "content_offset": off,
+            "next_content_offset": end,
+            "complete": end == total,
+            "content": data[off:end].decode("utf-8"),
+        }
+    }
+
+
+# -- context ----------------------------------------------------------------------------------
+def context(reader: RecordReader, ulid: bytes, before: int, after: int, depth: int,
+            types: int) -> dict[str, Any]:
+    """A message, its neighbours in the session and the messages related to it, within one
+    budget of CONTEXT_MESSAGE_CAP messages and the response size."""
+    cat = reader.catalog
+    slot, doc = cat.live_doc(ulid)
+    rec = reader.record(doc)
+    earlier, later, s = cat.neighbours(slot, before, after)
+    anchor = message(rec)
+    budget = Budget(used=len(orjson.dumps(anchor)), count=1, max_items=CONTEXT_MESSAGE_CAP)
+    before_msgs = [m for m in map(reader.message_of_slot, earlier) if budget.take(m)]
+    after_msgs = [m for m in map(reader.message_of_slot, later) if budget.take(m)]
+    relations: list[dict[str, Any]] = []
+    if depth >= 1 and not budget.truncated:
+        _walk_relations(reader, rec, depth, types, relations, budget)
+    return {
+        "message": anchor,
+        "chronological_context": {"before": before_msgs, "after": after_msgs},
+        "relations": relations,
+        "session": {"session_id": s.name, "message_count": s.n},
+        "truncated": budget.truncated,
+    }
+
+
+def _walk_relations(reader: RecordReader, rec: Record, depth: int, types: int,
+                    out: list[dict[str, Any]], budget: Budget) -> None:
+    """Breadth-first: depth 1 outgoing then incoming, then depth 2 in the same directions."""
+    cat = reader.catalog
+    me = rec[R_ULID]
+    seen: set[tuple[str, int, bytes]] = set()
+    # frontier entries: (direction, record of the message whose edges we follow)
+    frontier: list[tuple[str, Record]] = [("outgoing", rec), ("incoming", rec)]
+    for d in range(1, depth + 1):
+        next_frontier: list[tuple[str, Record]] = []
+        for direction, src in frontier:
+            if direction == "outgoing":
+                edges = [(t, u) for t, u in src[R_RELATIONS]]
+            else:
+                incoming = sorted(cat.relations.incoming_of(src[R_ULID]), key=lambda e: e[1])
+                edges = [(t, cat.ulid_of(source)) for t, source in incoming]
+            for rtype, other in edges:
+                if not (types >> rtype) & 1 or other == me:
+                    continue
+                key = (direction, rtype, other)
+                if key in seen:
+                    continue
+                seen.add(key)
+                oslot = cat.ids.get(other)
+                odoc = cat.current_doc(oslot) if oslot is not None else -1
+                entry: dict[str, Any] = {"type": RELATION_TYPES[rtype], "direction": direction,
+                                         "depth": d}
+                if odoc < 0:
+                    entry["message_id"] = ulid_str(other)
+                    entry["status"] = "deleted"
+                    if not budget.take_size(_DELETED_ENTRY_BYTES):
+                        return
+                    out.append(entry)
+                    continue
+                orec = reader.record(odoc)
+                msg = message(orec)
+                if not budget.take(msg):
+                    return
+                entry["message"] = msg
+                out.append(entry)
+                next_frontier.append((direction, orec))
+        frontier = next_frontier

@@ -1,0 +1,436 @@
+"""Catalog: the in-memory state of a store, and the operations that apply records to it.
+
+Per message ("slot", numbered in creation order): its current version's doc (-1 once deleted),
+its session and timestamp, and its 16-byte id (`ids`). Per stored version ("doc", the search
+index's document number): where its record lies in the log, its slot, kind and flags. Beside
+them: the sessions' histories, the relations, the compiled search index, and the counters that
+health reports. The catalog knows nothing of files: it reads a version's record through the
+`read_record(offset, length)` it is given (used only to find the keys of a version it removes).
+
+A version is applied in two steps: its doc goes into the index and the doc columns first
+(`stage_new`, `stage_version`: the costly part, done while a write's flush is in flight and
+undone by `unstage` if the flush fails), then it is committed (`commit_new`: the message's slot,
+session history and relations; `commit_version`: it replaces the current version). Nothing reads
+the catalog in between: the store holds its lock.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._core import idmap, index as core_index, tokenizer
+from ..domain import KINDS
+from ..errors import NOT_FOUND, ConvMemError
+from .columns import Column
+from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS,
+                   R_REVISION, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
+                   FieldKeys, Prepared, Record, doc_flags, field_keys, prepare, tag_hashes,
+                   tag_keys)
+from .relations import RelationIndex
+from .sessions import Session, SessionIndex
+
+STATE_VERSION = 3  # of the snapshot sections written here; a snapshot of another is re-derived
+
+ReadRecord = Callable[[int, int], Record]  # (log offset, frame length) -> decoded record
+OptionalKeys = FieldKeys | tuple[None, None, None]
+
+
+class Catalog:
+    """The state of one store in memory (see the module docstring)."""
+
+    def __init__(self, read_record: ReadRecord, base_sequence: int = 0) -> None:
+        self._read_record = read_record
+        # Per message ("slot", in creation order).
+        self.slot_doc = Column("i4")  # current version's doc, -1 when deleted
+        self.slot_session = Column("i4")
+        self.slot_ts = Column("i8")
+        self.ids = idmap.IdMap()  # the 16-byte ids in slot order, and id -> slot
+        # Per stored version ("doc", the search index's document number).
+        self.doc_offset = Column("i8")
+        self.doc_len = Column("u4")
+        self.doc_slot = Column("i4")
+        self.doc_kind = Column("u1")
+        self.doc_flags = Column("u1")
+        self.sessions = SessionIndex(self.ids.key)
+        self.relations = RelationIndex()
+        self.index = core_index.SearchIndex()
+        # Where the state stands in the log, and health's counters.
+        self.last_seq = base_sequence
+        self.last_record_offset = -1
+        self.update_records = 0
+        self.deleted_messages = 0
+        self.live_bytes = 0
+        self.unsaved_records = 0  # records applied since the state was last saved (snapshot)
+
+    # -- lookups -------------------------------------------------------------------------
+    def ulid_of(self, slot: int) -> bytes:
+        return self.ids.key(slot)
+
+    def current_doc(self, slot: int) -> int:
+        return int(self.slot_doc.data[slot])
+
+    def live_doc(self, ulid: bytes) -> tuple[int, int]:
+        """(slot, current doc) of a live message; NOT_FOUND otherwise."""
+        slot = self.ids.get(ulid)
+        if slot is None or int(self.slot_doc.data[slot]) < 0:
+            raise ConvMemError(NOT_FOUND, "message not found")
+        return slot, int(self.slot_doc.data[slot])
+
+    def doc_span(self, doc: int) -> tuple[int, int]:
+        """(log offset, frame length) of a stored version's record."""
+        return int(self.doc_offset.data[doc]), int(self.doc_len.data[doc])
+
+    def session_of_slot(self, slot: int) -> Session:
+        return self.sessions.by_num[int(self.slot_session.data[slot])]
+
+    def neighbours(self, slot: int, before: int, after: int) -> tuple[list[int], list[int], Session]:
+        """The slots of up to `before` earlier and `after` later messages of the slot's session."""
+        s = self.session_of_slot(slot)
+        i = self.sessions.index_of(s, int(self.slot_ts.data[slot]), slot, self.ulid_of(slot))
+        earlier = [int(x) for x in s.slots[max(0, i - before):i]]
+        later = [int(x) for x in s.slots[i + 1:min(s.n, i + 1 + after)]]
+        return earlier, later, s
+
+    def session_docs(self, s: Session) -> np.ndarray:
+        """The current docs of a session's live messages, ascending."""
+        docs = self.slot_doc.data[s.slots[:s.n]]
+        return np.sort(docs[docs >= 0])
+
+    def live_slots(self) -> np.ndarray:
+        return np.nonzero(self.slot_doc.view() >= 0)[0]
+
+    @property
+    def record_count(self) -> int:
+        """Records of the log the state was built from (every version and every delete)."""
+        return self.index.n_docs + self.deleted_messages
+
+    def index_keys(self, doc: int) -> OptionalKeys:
+        """The key arrays the index was given for doc (re-read from the log), so that removing it
+        lowers df without a forward index; (None,) * 3 when the record is damaged (the index then
+        finds the doc's terms in its postings)."""
+        try:
+            return field_keys(self._read_record(*self.doc_span(doc)))
+        except ConvMemError:
+            return None, None, None
+
+    # -- applying records ------------------------------------------------------------------
+    def apply_message(self, rec: Record, offset: int, frame_len: int) -> int:
+        """Apply a MESSAGE record in one step (replay); returns its slot."""
+        prep = prepare(rec)
+        slot = self.ids.get(rec[R_ULID])
+        if slot is None:
+            return self.commit_new(rec, self.stage_new(rec, offset, frame_len, prep), frame_len)
+        doc = self.stage_version(rec, offset, frame_len, slot, prep)
+        self.commit_version(rec, slot, doc, frame_len)
+        return slot
+
+    def stage_new(self, rec: Record, offset: int, frame_len: int, prep: Prepared) -> int:
+        """A new message's doc, numbered as commit_new will number its slot and session."""
+        s = self.sessions.get(rec[R_SESSION_ID])
+        num = s.num if s is not None else len(self.sessions.by_num)
+        return self._add_doc(rec, offset, frame_len, len(self.ids), num, prep)
+
+    def stage_version(self, rec: Record, offset: int, frame_len: int, slot: int,
+                      prep: Prepared) -> int:
+        """A new version's doc for the message in `slot`."""
+        return self._add_doc(rec, offset, frame_len, slot, int(self.slot_session.data[slot]), prep)
+
+    def unstage(self, doc: int, prep: Prepared) -> None:
+        """Withdraw a staged doc whose record did not become durable. Its number stays used, as a
+        dead doc like a replaced version (the index gives the same scores without it, see
+        docs/SCORING.md), with no record: offset -1 keeps it out of damage checks."""
+        self.index.remove(doc, *prep.keys)
+        self.doc_offset.data[doc] = -1
+        self.doc_len.data[doc] = 0
+
+    def commit_new(self, rec: Record, doc: int, frame_len: int) -> int:
+        ulid, ts = rec[R_ULID], rec[R_TIMESTAMP]
+        slot = self.ids.add(ulid)
+        num = self.sessions.number(rec[R_SESSION_ID])
+        self.slot_doc.append(doc)
+        self.slot_session.append(num)
+        self.slot_ts.append(ts)
+        self.sessions.insert(num, ts, slot, ulid, rec[R_KIND])
+        self.relations.add_new(slot, rec[R_RELATIONS])
+        self._count_version(rec, frame_len)
+        return slot
+
+    def commit_version(self, rec: Record, slot: int, doc: int, frame_len: int,
+                       old_keys: OptionalKeys | None = None) -> None:
+        """Make `doc` the current version of the message in `slot`; `old_keys`: the replaced
+        version's key arrays, when the caller has them (else they are read from the log)."""
+        kind = rec[R_KIND]
+        old_doc = int(self.slot_doc.data[slot])
+        num = int(self.slot_session.data[slot])
+        if old_doc >= 0:
+            old_kind = int(self.doc_kind.data[old_doc])
+            self.index.remove(old_doc, *(old_keys or self.index_keys(old_doc)))
+            self.live_bytes -= int(self.doc_len.data[old_doc])
+            if old_kind != kind:
+                self.sessions.change_kind(num, old_kind, kind)
+        else:
+            self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
+        self.slot_doc.data[slot] = doc
+        if old_doc >= 0 and (rec[R_RELATIONS] or self.doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
+            self.relations.set(slot, rec[R_RELATIONS])
+        elif old_doc < 0:
+            self.relations.add_new(slot, rec[R_RELATIONS])
+        self._count_version(rec, frame_len)
+
+    def _count_version(self, rec: Record, frame_len: int) -> None:
+        """The counters for a version that has become current (apply_new_batch counts a batch
+        the same way at once)."""
+        self.live_bytes += frame_len
+        if rec[R_REVISION] > 1:
+            self.update_records += 1
+        self.unsaved_records += 1
+
+    def _add_doc(self, rec: Record, offset: int, frame_len: int, slot: int, session: int,
+                 prep: Prepared) -> int:
+        doc = self.index.n_docs
+        self.index.add(doc, *prep.keys, prep.tag_hashes, session, rec[R_KIND], rec[R_TIER],
+                       rec[R_IMPORTANCE], rec[R_TIMESTAMP], rec[R_ULID])
+        self.doc_offset.append(offset)
+        self.doc_len.append(frame_len)
+        self.doc_slot.append(slot)
+        self.doc_kind.append(rec[R_KIND])
+        self.doc_flags.append(prep.flags)
+        return doc
+
+    def apply_delete(self, ulid: bytes, old_keys: OptionalKeys | None = None) -> None:
+        slot = self.ids.get(ulid)
+        self.deleted_messages += 1
+        self.unsaved_records += 1
+        if slot is None:
+            return
+        doc = int(self.slot_doc.data[slot])
+        if doc >= 0:
+            self.retire(slot, doc, old_keys)
+            self.slot_doc.data[slot] = -1
+
+    def retire(self, slot: int, doc: int, keys: OptionalKeys | None = None) -> None:
+        """Take a message's current version out of every index (`keys`: its key arrays, when
+        the caller has them)."""
+        self.index.remove(doc, *(keys or self.index_keys(doc)))
+        self.live_bytes -= int(self.doc_len.data[doc])
+        self.sessions.remove(int(self.slot_session.data[slot]), int(self.slot_ts.data[slot]),
+                             slot, self.ulid_of(slot), int(self.doc_kind.data[doc]))
+        if self.doc_flags.data[doc] & FLAG_HAS_RELATIONS:
+            self.relations.clear(slot)
+
+    def drop_damaged(self, start: int, end: int) -> None:
+        """Messages whose current version lies in damaged log bytes can no longer be served."""
+        offsets = self.doc_offset.view()
+        for doc in np.nonzero((offsets >= start) & (offsets < end))[0].tolist():
+            slot = int(self.doc_slot.data[doc])
+            if int(self.slot_doc.data[slot]) == doc:
+                self.retire(slot, doc)
+                self.slot_doc.data[slot] = -1
+
+    def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
+        """Apply appended records of new messages (ids checked unused) as apply_message would
+        one by one, with each column extended once for the batch."""
+        index, ids, sessions, relations = self.index, self.ids, self.sessions, self.relations
+        by_name, by_num = sessions.by_name, sessions.by_num
+        doc0 = index.n_docs
+        slot0 = len(ids)
+        token_keys = tokenizer.token_keys
+        nums: list[int] = []
+        flags: list[int] = []
+        # tags -> (their keys as field_keys gives them, their hashes): a batch repeats a few
+        # tag lists (the index copies what add gets, so sharing arrays is safe)
+        by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+        try:
+            for doc, rec in enumerate(recs, start=doc0):
+                ulid, ts, kind, summary, tags = (rec[R_ULID], rec[R_TIMESTAMP], rec[R_KIND],
+                                                 rec[R_SUMMARY], rec[R_TAGS])
+                s = by_name.get(rec[R_SESSION_ID])
+                num = s.num if s is not None else len(by_num)
+                if tags:
+                    tagged = by_tags.get(tuple(tags))
+                    if tagged is None:
+                        tagged = by_tags[tuple(tags)] = (tag_keys(tags), tag_hashes(tags))
+                else:
+                    tagged = (EMPTY_KEYS, EMPTY_KEYS)
+                index.add(doc, token_keys(rec[R_CONTENT]),
+                          token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
+                          rec[R_TIER], rec[R_IMPORTANCE], ts, ulid)
+                slot = ids.add(ulid)
+                if s is None:
+                    sessions.number(rec[R_SESSION_ID])
+                sessions.insert(num, ts, slot, ulid, kind)
+                if rec[R_RELATIONS]:
+                    relations.add_new(slot, rec[R_RELATIONS])
+                nums.append(num)
+                flags.append(doc_flags(rec))
+        finally:
+            # The columns of the records applied (all of them unless one raised).
+            n = len(nums)
+            self.doc_offset.extend(offsets[:n])
+            self.doc_len.extend(lengths[:n])
+            self.doc_slot.extend(range(slot0, slot0 + n))
+            self.doc_kind.extend([rec[R_KIND] for rec in recs[:n]])
+            self.doc_flags.extend(flags)
+            self.slot_doc.extend(range(doc0, doc0 + n))
+            self.slot_session.extend(nums)
+            self.slot_ts.extend([rec[R_TIMESTAMP] for rec in recs[:n]])
+            self.live_bytes += sum(lengths[:n])
+            self.update_records += sum(1 for rec in recs[:n] if rec[R_REVISION] > 1)
+            self.unsaved_records += n
+
+    # -- snapshot state --------------------------------------------------------------------
+    def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The state as snapshot meta and sections (the store adds the log's identity)."""
+        self.index.merge_segments()
+        sessions = self.sessions.by_num
+        meta = {
+            **_versions_meta(sessions),
+            "last_seq": self.last_seq,
+            "last_record_offset": self.last_record_offset,
+            "update_records": self.update_records,
+            "deleted_messages": self.deleted_messages,
+            "live_bytes": self.live_bytes,
+        }
+        arrays = {
+            "slot_ulid": self.ids.keys_array(),
+            "id_table": self.ids.table_array(),
+            "slot_doc": self.slot_doc.view(),
+            "slot_session": self.slot_session.view(),
+            "slot_ts": self.slot_ts.view(),
+            "doc_offset": self.doc_offset.view(),
+            "doc_len": self.doc_len.view(),
+            "doc_slot": self.doc_slot.view(),
+            "doc_kind": self.doc_kind.view(),
+            "doc_flags": self.doc_flags.view(),
+            **_history_arrays(sessions),
+            **self.relations.arrays(),
+        }
+        for name, arr in self.index.to_arrays().items():
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    @staticmethod
+    def snapshot_is_current(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bool:
+        """Whether the snapshot's sections were written by this version of the state, index,
+        tokenizer and Unicode tables (else the state is re-derived from the log)."""
+        ix_format = arrays.get("ix.format")
+        return (meta.get("state_version") == STATE_VERSION
+                and ix_format is not None and int(ix_format) == core_index.ARRAYS_FORMAT
+                and meta.get("tokenizer_version") == tokenizer.TOKENIZER_VERSION
+                and meta.get("unicode_version") == tokenizer.UNICODE_VERSION)
+
+    @classmethod
+    def from_snapshot(cls, read_record: ReadRecord, meta: dict[str, Any],
+                      arrays: dict[str, np.ndarray]) -> "Catalog":
+        """The state a snapshot holds (its sections are validated as they are adopted)."""
+        cat = cls(read_record)
+        cat.slot_doc = Column.from_array(arrays["slot_doc"])
+        cat.slot_session = Column.from_array(arrays["slot_session"])
+        cat.slot_ts = Column.from_array(arrays["slot_ts"])
+        cat.doc_offset = Column.from_array(arrays["doc_offset"])
+        cat.doc_len = Column.from_array(arrays["doc_len"])
+        cat.doc_slot = Column.from_array(arrays["doc_slot"])
+        cat.doc_kind = Column.from_array(arrays["doc_kind"])
+        cat.doc_flags = Column.from_array(arrays["doc_flags"])
+        table = arrays.get("id_table")
+        cat.ids = idmap.IdMap.from_arrays(arrays["slot_ulid"],
+                                          table if table is not None and len(table) else None)
+        cat.sessions = SessionIndex(cat.ids.key)
+        cat.sessions.load(meta["sessions"], arrays["hist_off"], arrays["hist_ts"],
+                          arrays["hist_slots"], arrays["kind_counts"])
+        cat.relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
+                                                  arrays["rel_target"])
+        cat.index = core_index.SearchIndex.from_arrays(
+            {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})
+        cat.last_seq = int(meta["last_seq"])
+        cat.last_record_offset = int(meta["last_record_offset"])
+        cat.update_records = int(meta["update_records"])
+        cat.deleted_messages = int(meta["deleted_messages"])
+        cat.live_bytes = int(meta["live_bytes"])
+        return cat
+
+    def compacted_state(self, live_slots: np.ndarray, old_to_new: np.ndarray, new_index: Any,
+                        doc_offset: np.ndarray, doc_len: np.ndarray,
+                        ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The snapshot state after compaction (live messages only): `new_index` and
+        `old_to_new` from index.compacted(); `doc_offset`/`doc_len` by new doc number."""
+        n = len(live_slots)
+        slot_map = np.full(self.slot_doc.n, -1, dtype=np.int64)
+        slot_map[live_slots] = np.arange(n)
+        old_docs = self.slot_doc.data[live_slots].astype(np.int64)
+        new_docs = old_to_new[old_docs]
+        doc_slot = np.zeros(n, dtype=np.int32)
+        doc_slot[new_docs] = np.arange(n, dtype=np.int32)
+        kinds = np.zeros(n, dtype=np.uint8)
+        kinds[new_docs] = self.doc_kind.data[old_docs]
+        flags = np.zeros(n, dtype=np.uint8)
+        flags[new_docs] = self.doc_flags.data[old_docs]
+        # Sessions without live messages are dropped (their ids belong to deleted messages);
+        # the others are renumbered densely, in the index's doc columns too.
+        sessions = [s for s in self.sessions.by_num if s.n]
+        session_map = np.full(max(1, len(self.sessions.by_num)), -1, dtype=np.int64)
+        for i, s in enumerate(sessions):
+            session_map[s.num] = i
+        meta = _versions_meta(sessions)
+        arrays = {
+            "slot_ulid": self.ids.keys_array()[live_slots],
+            "slot_doc": new_docs.astype(np.int32),
+            "slot_session": session_map[self.slot_session.data[live_slots]].astype(np.int32),
+            "slot_ts": self.slot_ts.data[live_slots],
+            "doc_offset": doc_offset,
+            "doc_len": doc_len,
+            "doc_slot": doc_slot,
+            "doc_kind": kinds,
+            "doc_flags": flags,
+            **_history_arrays(sessions, slot_map),
+            **self.relations.arrays(slot_map),
+        }
+        new_index.merge_segments()
+        for name, arr in new_index.to_arrays().items():
+            if name == "doc_session":
+                arr = session_map[arr].astype(arr.dtype)
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    # -- memory ----------------------------------------------------------------------------
+    def memory_estimate(self) -> dict[str, int]:
+        """Bytes held, by health's categories (each container counts its own capacity)."""
+        ix = self.index.nbytes()
+        entries = (self.slot_doc.nbytes + self.slot_session.nbytes + self.slot_ts.nbytes
+                   + self.doc_offset.nbytes + self.doc_len.nbytes + self.doc_slot.nbytes
+                   + self.doc_kind.nbytes + self.doc_flags.nbytes + self.ids.nbytes)
+        return {
+            "store_entries_bytes": entries,
+            "body_bytes": 0,
+            "metadata_bytes": ix.get("doc_columns", 0),
+            "search_index_bytes": ix.get("postings", 0) + ix.get("terms", 0) + ix.get("scratch", 0),
+            "history_index_bytes": self.sessions.nbytes(),
+            "relation_index_bytes": self.relations.nbytes(),
+        }
+
+
+def _versions_meta(sessions: list[Session]) -> dict[str, Any]:
+    return {
+        "state_version": STATE_VERSION,
+        "tokenizer_version": tokenizer.TOKENIZER_VERSION,
+        "unicode_version": tokenizer.UNICODE_VERSION,
+        "sessions": [s.name for s in sessions],
+    }
+
+
+def _history_arrays(sessions: list[Session], slot_map: np.ndarray | None = None,
+                    ) -> dict[str, np.ndarray]:
+    """Each session's history, concatenated (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
+    hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
+    np.cumsum([s.n for s in sessions], out=hist_off[1:])
+    ts = [s.ts[: s.n] for s in sessions]
+    slots = [s.slots[: s.n] if slot_map is None else slot_map[s.slots[: s.n]] for s in sessions]
+    return {
+        "hist_off": hist_off,
+        "hist_ts": np.concatenate(ts) if ts else np.zeros(0, "i8"),
+        "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
+        "kind_counts": np.array([s.kind_counts for s in sessions],
+                                dtype=np.int64).reshape(-1, len(KINDS)),
+    }

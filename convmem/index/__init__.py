@@ -1,1 +1,0 @@
-"""In-memory state beside the compiled search index: message catalog, sessions, relations."""

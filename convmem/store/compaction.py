@@ -1,0 +1,162 @@
+"""rebuild_index's files: the compacted log (live versions only, in creation order), its snapshot,
+and the switch that puts both in place, under one error contract (docs/FORMAT.md section 7).
+
+The contract: `write_compacted_log` and the snapshot write touch only the two new files; any
+failure removes them and leaves the store as it was (OLD). `switch` then renames the new log over
+the old one. Until that rename is known to have happened the store is OLD (a failure removes the
+new files); once it has, the store is NEW whatever fails after it: the caller must adopt the new
+log at once, because the name a restart opens now holds it. A failure after the rename (the
+directory fsync, the snapshot's rename) is reported in `Switched.error`; a restart is still
+right (a snapshot whose log_id does not match the log is rebuilt from the log), and the store
+keeps writes from being acknowledged until the directory entry is durable (LogFile.dir_sync_pending).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .._core import codec
+from ..errors import IO_ERROR, ConvMemError
+from .io import IoCounters, fsync_dir, write_all
+from .logfile import LOG_NAME, LogFile
+from .records import read_payload_at
+from .snapshot import SNAPSHOT_NAME
+
+COMPACT_NAME = "messages.log.compact"  # rebuild_index's new log before it is renamed
+NEXT_SNAPSHOT_NAME = SNAPSHOT_NAME + ".next"  # and its snapshot
+_FLUSH_EVERY = 1 << 20  # bytes of frames gathered per write
+
+
+@dataclass
+class CompactedLog:
+    """The new log, written and fsynced under COMPACT_NAME, still open (fd)."""
+
+    path: Path
+    fd: int
+    log_id: bytes
+    base_sequence: int
+    size: int
+    offsets: np.ndarray  # of each record, in the order the versions were given
+    lengths: np.ndarray
+    last_record_offset: int
+    update_records: int  # versions with revision > 1: they stay update records
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        remove_quietly(self.path)
+
+
+def write_compacted_log(directory: Path, old: LogFile, spans: list[tuple[int, int]],
+                        last_seq: int, io: IoCounters) -> CompactedLog:
+    """Copy the records at `spans` ((offset, length) in the old log, each checked) into a new log
+    whose sequence numbers end at `last_seq`. IO_ERROR or CORRUPT_STORE leave no new file."""
+    path = directory / COMPACT_NAME
+    base = last_seq - len(spans)
+    log_id = os.urandom(16)
+    fd = -1
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        header = codec.encode_log_header(log_id, base)
+        write_all(fd, header, io)
+        pos = len(header)
+        offsets = np.zeros(len(spans), dtype=np.int64)
+        lengths = np.zeros(len(spans), dtype=np.uint32)
+        pending: list[bytes] = []
+        pending_size = 0
+        last_off = -1
+        updated = 0
+        for i, (off, length) in enumerate(spans):
+            data, poff, plen = read_payload_at(old, off, length)
+            if codec.message_revision(data, poff, plen) > 1:
+                updated += 1
+            frame = codec.encode_record(codec.REC_MESSAGE, base + i + 1, data[poff:poff + plen])
+            offsets[i] = pos
+            lengths[i] = len(frame)
+            last_off = pos
+            pos += len(frame)
+            pending.append(frame)
+            pending_size += len(frame)
+            if pending_size >= _FLUSH_EVERY:
+                write_all(fd, b"".join(pending), io)
+                pending, pending_size = [], 0
+        if pending:
+            write_all(fd, b"".join(pending), io)
+        os.fsync(fd)
+        io.flush_calls += 1
+    except BaseException as exc:
+        if fd >= 0:
+            os.close(fd)
+        remove_quietly(path)
+        if isinstance(exc, OSError):
+            raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
+        raise
+    return CompactedLog(path, fd, log_id, base, pos, offsets, lengths, last_off, updated)
+
+
+@dataclass
+class Switched:
+    """The outcome of a switch that put the new log in place (the store is NEW)."""
+
+    log: LogFile
+    error: str  # "" or what failed after the rename (the store is NEW all the same)
+    dir_synced: bool  # whether the log's rename is known durable
+
+
+def switch(directory: Path, new: CompactedLog, snapshot_tmp: Path, io: IoCounters) -> Switched:
+    """Rename the new log over the old one, then its snapshot (see the module docstring).
+
+    Raises IO_ERROR, with both new files removed, when the store is still OLD; returns Switched
+    once it is NEW.
+    """
+    log_path = directory / LOG_NAME
+    try:
+        os.replace(new.path, log_path)
+        io.replace_calls += 1
+    except OSError as exc:
+        if not _holds(log_path, new.fd):
+            new.discard()
+            remove_quietly(snapshot_tmp)
+            raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
+        # The rename happened although it reported an error: the store is NEW.
+    errors: list[str] = []
+    dir_synced = True
+    try:
+        fsync_dir(directory, io)
+    except OSError as exc:
+        dir_synced = False
+        errors.append(f"directory fsync after the log's rename failed: {exc.strerror or exc}")
+    try:
+        os.replace(snapshot_tmp, directory / SNAPSHOT_NAME)
+        io.replace_calls += 1
+        if dir_synced:
+            fsync_dir(directory, io)
+    except OSError as exc:
+        remove_quietly(snapshot_tmp)
+        errors.append(f"the new snapshot could not be put in place: {exc.strerror or exc}")
+    logfile = LogFile(log_path, new.fd, new.log_id, new.base_sequence, new.size, io)
+    logfile.dir_sync_pending = not dir_synced
+    new.fd = -1
+    return Switched(logfile, "; ".join(errors), dir_synced)
+
+
+def _holds(path: Path, fd: int) -> bool:
+    """Whether `path` names the file open as `fd`."""
+    try:
+        st, own = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+
+def remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        pass

@@ -1,0 +1,26 @@
+"""The key that signs read cursors: 32 random bytes in `cursor.key`, made once per data directory
+so that cursors stay valid across restarts."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .io import IoCounters, write_file_atomically
+
+CURSOR_KEY_NAME = "cursor.key"
+KEY_BYTES = 32
+
+
+def load_cursor_key(directory: Path, io: IoCounters) -> bytes:
+    """The directory's key; a new one (written atomically, made durable) when missing or not
+    KEY_BYTES long."""
+    path = directory / CURSOR_KEY_NAME
+    try:
+        key = path.read_bytes()
+        if len(key) == KEY_BYTES:
+            return key
+    except FileNotFoundError:
+        pass
+    key = os.urandom(KEY_BYTES)
+    write_file_atomically(path, [key], io, mode=0o600)
+    return key

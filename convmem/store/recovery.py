@@ -1,0 +1,221 @@
+"""Recovery at open: load the snapshot if it belongs to the log, replay the log after it, repair
+a torn tail, report damage in the middle, and verify in the background what the snapshot stood
+in for (docs/FORMAT.md, "Recovery").
+
+What is found goes into a `Findings` (health's recovered_tail, snapshot_valid, last_error); the
+store decides what to do with it. Nothing here serves a damaged record: the state built only
+holds records whose checksum was checked, and every later read checks it again.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._core import codec
+from ..catalog.catalog import Catalog, ReadRecord
+from ..errors import ConvMemError
+from .logfile import LogFile
+from .snapshot import SNAPSHOT_NAME, Deferred, SnapshotError, read_snapshot, snapshot_size, verify_deferred
+
+log = logging.getLogger("convmem")
+
+VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024  # larger stores are verified in the background
+DEFER_SECTION_BYTES = 4 * 1024 * 1024  # index sections from this size are among them
+
+Damage = tuple[int, int, str]  # (start, end, reason) of a damaged stretch of the log
+
+
+@dataclass
+class Findings:
+    """What recovery found, as health reports it."""
+
+    recovered_tail: bool = False
+    snapshot_valid: bool = True
+    last_error: str = ""
+    deferred: Deferred = field(default_factory=list)  # snapshot sections left to verify
+
+    def damage(self, offset: int, reason: str, nbytes: int) -> None:
+        msg = (f"CORRUPT_STORE: log record at byte offset {offset} is damaged ({reason}); "
+               f"{nbytes} bytes skipped")
+        log.error("%s", msg)
+        if not self.last_error:
+            self.last_error = msg
+
+    def snapshot_rejected(self, why: str) -> None:
+        self.snapshot_valid = False
+        self.last_error = why
+        log.warning("%s", why)
+
+
+# -- snapshot -------------------------------------------------------------------------------
+def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
+                  findings: Findings) -> tuple[Catalog, int, dict[str, Any]] | None:
+    """The state of the snapshot if it belongs to this log: (catalog, the log offset it covers,
+    its meta); None when there is none or it cannot be used (findings say why when that is
+    damage rather than another version)."""
+    path = directory / SNAPSHOT_NAME
+    # The big index sections of a big snapshot are checksummed in the background (with the
+    # log); a bad one then rebuilds the state from the log.
+    big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
+    deferred: Deferred = []
+
+    def defer(name: str, view: memoryview, crc: int) -> bool:
+        if big and name.startswith("ix.") and len(view) >= DEFER_SECTION_BYTES:
+            deferred.append((name, view, crc))
+            return True
+        return False
+
+    try:
+        meta, arrays = read_snapshot(path, defer=defer)
+    except FileNotFoundError:
+        return None
+    except (SnapshotError, ValueError, TypeError) as exc:
+        # (ValueError, TypeError: a section numpy cannot view, e.g. an object dtype in a meta
+        # whose checksum was forged along with it)
+        findings.snapshot_rejected(f"snapshot is damaged ({exc}); state rebuilt from the log")
+        return None
+    try:
+        if meta.get("log_id") != logfile.log_id.hex():
+            # A crash between the two renames of rebuild_index: the log is the truth.
+            findings.snapshot_valid = False
+            return None
+        if not Catalog.snapshot_is_current(meta, arrays):
+            log.info("snapshot written by another version (index, tokenizer or Unicode): "
+                     "re-indexing from the log")
+            return None
+        covered = int(meta["covered_end"])
+        if not snapshot_matches_log(logfile, covered, int(meta["last_record_offset"]),
+                                    int(meta["last_seq"])):
+            # The log lost its tail after the snapshot was taken (a torn or damaged last
+            # record): the snapshot is stale, the log is the truth and replay repairs it.
+            findings.snapshot_valid = False
+            return None
+        catalog = Catalog.from_snapshot(read_record, meta, arrays)
+    except (SnapshotError, codec.CorruptRecord, ConvMemError, KeyError, ValueError,
+            TypeError, IndexError) as exc:
+        findings.snapshot_rejected(f"snapshot is unusable ({exc}); state rebuilt from the log")
+        return None
+    findings.deferred = deferred
+    return catalog, covered, meta
+
+
+def snapshot_matches_log(logfile: LogFile, covered: int, last_off: int, last_seq: int) -> bool:
+    """Whether the log still holds, at the snapshot's last record offset, a whole record with
+    its sequence number ending exactly where the snapshot's coverage ends."""
+    if covered > logfile.size:
+        return False
+    if last_off < 0:
+        return covered == codec.LOG_HEADER_SIZE
+    try:
+        head = logfile.read(last_off, covered - last_off)
+        _, seq, _, _, nxt = codec.read_record(head, 0)
+    except (codec.CorruptRecord, ConvMemError):
+        return False
+    return seq == last_seq and nxt == len(head)
+
+
+# -- replay ---------------------------------------------------------------------------------
+def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -> int:
+    """Apply the log from `start` to the catalog; repair a torn tail; report damage in the
+    middle. Returns the number of records applied."""
+    applied = 0
+    mm = logfile.map()
+    if mm is None:
+        return 0
+    header = codec.RECORD_HEADER_SIZE
+    try:
+        pos = start
+        while pos < logfile.size:
+            res = codec.scan_log(mm, pos, logfile.size)
+            for off, rtype, seq, plen in zip(res.offsets.tolist(), res.types.tolist(),
+                                             res.seqs.tolist(), res.lengths.tolist()):
+                flen = header + plen
+                if seq <= catalog.last_seq:
+                    findings.damage(off, "sequence number does not increase", flen)
+                    continue
+                try:
+                    if rtype == codec.REC_MESSAGE:
+                        catalog.apply_message(codec.decode_message(mm, off + header, plen), off, flen)
+                    else:
+                        catalog.apply_delete(codec.decode_delete(mm, off + header, plen))
+                except codec.CorruptRecord as exc:
+                    findings.damage(off, exc.reason, flen)
+                    continue
+                catalog.last_seq = seq
+                catalog.last_record_offset = off
+                applied += 1
+            if res.error is None:
+                break
+            if res.resync < 0:
+                # Nothing valid follows: a torn tail left by a crash. Cut it off durably.
+                del mm
+                mm = None
+                logfile.truncate(res.stop)
+                findings.recovered_tail = True
+                log.warning("log: torn tail at byte offset %d truncated (%s)", res.stop, res.error)
+                break
+            findings.damage(res.stop, res.error, res.resync - res.stop)
+            pos = res.resync
+    finally:
+        if mm is not None:
+            mm.close()
+    return applied
+
+
+def find_damage(mm: Any, end: int) -> list[Damage]:
+    """(start, end, reason) of each damaged stretch of log[header:end]."""
+    found = []
+    pos = codec.LOG_HEADER_SIZE
+    while pos < end:
+        res = codec.scan_log(mm, pos, end)
+        if res.error is None:
+            break
+        nxt = res.resync if res.resync >= 0 else end
+        found.append((res.stop, nxt, res.error))
+        pos = nxt
+    return found
+
+
+# -- verification of what the snapshot stood in for -------------------------------------------
+VerifyResult = tuple[str | None, list[Damage]]  # (first bad snapshot section, log damage)
+
+
+def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
+                   apply: Callable[[str | None, list[Damage]], None],
+                   lock: threading.RLock, still_current: Callable[[], bool],
+                   ) -> threading.Thread | None:
+    """Check every checksum of log[header:end] (the part the snapshot stood in for) and the
+    snapshot sections whose check was deferred, then `apply(bad section, damage)`.
+
+    Reads verify their record's checksum anyway, so nothing damaged is ever served; this pass
+    finds damage early and reports it in health. A large store is checked in a background thread
+    (zlib and the log scan run without the GIL), which applies its result under `lock` if
+    `still_current()` (the store was not closed or rebuilt meanwhile); returns that thread.
+    """
+    mm = logfile.map()
+
+    def check() -> VerifyResult:
+        try:
+            bad = verify_deferred(deferred)
+            return bad, (find_damage(mm, end) if mm is not None and bad is None else [])
+        finally:
+            if mm is not None:
+                mm.close()
+
+    if not deferred and end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+        apply(*check())
+        return None
+
+    def verify() -> None:
+        result = check()
+        with lock:
+            if still_current():
+                apply(*result)
+
+    thread = threading.Thread(target=verify, name="convmem-verify", daemon=True)
+    thread.start()
+    return thread
