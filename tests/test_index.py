@@ -2,6 +2,8 @@
 exhaustive scoring, filters, updates, determinism, snapshot arrays and memory accounting."""
 from __future__ import annotations
 
+import importlib
+
 import json
 import math
 import os
@@ -17,8 +19,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import convmem
-import convmem._core.index as compiled
 import convmem._core.pyindex as twin
+
+compiled = importlib.import_module("convmem._core.index")  # the extension, even under CONVMEM_PURE=1
 
 CONTENT, SUMMARY, TAGS = 0, 1, 2
 UNIGRAM, BIGRAM = 0b11 << 62, 0b10 << 62

@@ -14,6 +14,7 @@ import textwrap
 import zlib
 from pathlib import Path
 
+import orjson
 import pytest
 
 from convmem import ConvMemError, MemoryStore
@@ -313,3 +314,64 @@ def test_leftovers_of_an_interrupted_rebuild_are_removed_at_open(tmp_path):
     with MemoryStore.open(tmp_path) as s:
         assert live_contents(s) == [f"message number {i}" for i in range(3)]
     assert not any((tmp_path / name).exists() for name in leftovers)
+
+
+def rewrite_snapshot_meta(path: Path, change) -> None:
+    """Apply `change(meta)` to the snapshot's meta and write it back with valid checksums (a
+    tampered file that every checksum accepts)."""
+    data = bytearray((path / SNAP).read_bytes())
+    magic, version, meta_len, _, _ = struct.unpack_from("<8sIIII", data, 0)
+    meta = orjson.loads(bytes(data[24:24 + meta_len]))
+    change(meta)
+    new_meta = orjson.dumps(meta)
+    assert len(new_meta) <= meta_len  # (sections keep their offsets)
+    new_meta = new_meta + b" " * (meta_len - len(new_meta))
+    head = magic + struct.pack("<III", version, meta_len, zlib.crc32(new_meta))
+    data[0:24] = head + struct.pack("<I", zlib.crc32(head))
+    data[24:24 + meta_len] = new_meta
+    (path / SNAP).write_bytes(bytes(data))
+
+
+def test_snapshot_section_of_an_object_dtype_is_rebuilt_from_the_log(tmp_path):
+    make_store(tmp_path, keep_snapshot=True)
+
+    def object_dtype(meta):
+        for sec in meta["sections"]:
+            if sec["name"] == "slot_ts":
+                sec["dtype"] = "|O"
+
+    rewrite_snapshot_meta(tmp_path, object_dtype)
+    with MemoryStore.open(tmp_path) as s:  # opens (it raised out of open() before)
+        h = s.get_system_health()
+        assert h["snapshot_valid"] is False and h["status"] == "DEGRADED"
+        assert "snapshot" in h["last_error"]
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    with MemoryStore.open(tmp_path) as s:  # and the snapshot written then is good
+        assert s.get_system_health()["snapshot_valid"] is True
+
+
+def test_leftover_temporary_files_are_removed_at_open(tmp_path):
+    make_store(tmp_path)
+    names = ["cursor.key.tmp", "snapshot.bin.tmp", "messages.log.compact", "snapshot.bin.next",
+             "snapshot.bin.next.tmp"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"half-written")
+    with MemoryStore.open(tmp_path) as s:
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+        assert [n for n in names if (tmp_path / n).exists()] == []
+
+
+def test_cursor_key_is_made_durable_private_and_kept(tmp_path, monkeypatch):
+    from convmem.store import io
+
+    synced = []
+    real = io.fsync_dir
+    monkeypatch.setattr(io, "fsync_dir", lambda d, counters: (synced.append(Path(d)), real(d, counters)))
+    with MemoryStore.open(tmp_path) as s:
+        page = s.read_messages(view="sessions", limit=1)
+    key = (tmp_path / "cursor.key").read_bytes()
+    assert len(key) == 32 and (tmp_path / "cursor.key").stat().st_mode & 0o777 == 0o600
+    assert tmp_path in synced  # the key's rename was followed by a directory fsync
+    with MemoryStore.open(tmp_path) as s:
+        assert (tmp_path / "cursor.key").read_bytes() == key
+        assert page == s.read_messages(view="sessions", limit=1)

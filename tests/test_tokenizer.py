@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import convmem._core.pytokenizer as twin
-import convmem._core.tokenizer as compiled
+
+compiled = importlib.import_module("convmem._core.tokenizer")  # the extension, even under CONVMEM_PURE=1
 
 MASK62 = (1 << 62) - 1
 WORD, BIGRAM, UNIGRAM = 0b00, 0b10, 0b11
