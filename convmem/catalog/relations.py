@@ -6,9 +6,12 @@ them as dicts (a context view, a write that touches relations): opening stays ch
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 Edge = tuple[int, bytes]  # (relation type, target id)
+_sizeof = sys.getsizeof
 
 
 class RelationIndex:
@@ -17,6 +20,9 @@ class RelationIndex:
         self._incoming: dict[bytes, list[tuple[int, int]]] = {}  # target id -> [(type, source)]
         self._pending: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._edges = 0
+        # Bytes of the objects inside the two dicts (edge tuples, ids, incoming lists and their
+        # entries), kept exact as edges come and go; the dicts themselves are measured when asked.
+        self._object_bytes = 0
 
     @classmethod
     def from_arrays(cls, src: np.ndarray, rtype: np.ndarray, target: np.ndarray) -> "RelationIndex":
@@ -57,8 +63,8 @@ class RelationIndex:
         for i, (slot, rtype) in enumerate(zip(src.tolist(), types.tolist())):
             target = blob[16 * i: 16 * i + 16]
             grouped.setdefault(slot, []).append((rtype, target))
-            self._incoming.setdefault(target, []).append((rtype, slot))
-        self._outgoing = {slot: tuple(edges) for slot, edges in grouped.items()}
+        for slot, edges in grouped.items():
+            self._add(slot, tuple(edges))
 
     def add_new(self, slot: int, edges: list[Edge] | tuple[Edge, ...]) -> None:
         """Edges of a message that had none (a new message): nothing to clear."""
@@ -69,12 +75,22 @@ class RelationIndex:
         """Replace the edges of `slot` (an empty list clears them)."""
         self._materialize()
         self.clear(slot)
-        if not edges:
-            return
-        edges = tuple(edges)
+        if edges:
+            self._add(slot, tuple(edges))
+
+    def _add(self, slot: int, edges: tuple[Edge, ...]) -> None:
         self._outgoing[slot] = edges
+        size = _sizeof(edges) + _sizeof(slot)
         for rtype, target in edges:
-            self._incoming.setdefault(target, []).append((rtype, slot))
+            size += _sizeof(target) + _sizeof((rtype, target))
+            lst = self._incoming.get(target)
+            if lst is None:
+                lst = self._incoming[target] = []
+                size += _sizeof(lst)
+            before = _sizeof(lst)
+            lst.append((rtype, slot))
+            size += _sizeof(lst) - before + _sizeof((rtype, slot))
+        self._object_bytes += size
         self._edges += len(edges)
 
     def clear(self, slot: int) -> None:
@@ -82,15 +98,22 @@ class RelationIndex:
         old = self._outgoing.pop(slot, None)
         if not old:
             return
+        size = _sizeof(old) + _sizeof(slot)
         for rtype, target in old:
+            size += _sizeof(target) + _sizeof((rtype, target))
             lst = self._incoming.get(target)
             if lst is not None:
+                before = _sizeof(lst)
                 try:
                     lst.remove((rtype, slot))
+                    size += _sizeof((rtype, slot))
                 except ValueError:
                     pass
+                size += before - _sizeof(lst)
                 if not lst:
+                    size += _sizeof(lst)
                     del self._incoming[target]
+        self._object_bytes -= size
         self._edges -= len(old)
 
     def incoming_of(self, target: bytes) -> list[tuple[int, int]]:
@@ -100,7 +123,4 @@ class RelationIndex:
     def nbytes(self) -> int:
         if self._pending is not None:
             return sum(a.nbytes for a in self._pending)
-        # Per edge: its (type, id) tuple and 16-byte id, its incoming (type, slot) tuple and list
-        # entry, a share of the dicts' slots; per source: its entry and tuple. Calibrated against
-        # tracemalloc (benchmarks/memory_accuracy.py).
-        return self._edges * 175 + len(self._outgoing) * 80
+        return self._object_bytes + _sizeof(self._outgoing) + _sizeof(self._incoming)

@@ -5,6 +5,7 @@ messages written in the same millisecond follow write order.
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import numpy as np
@@ -12,7 +13,7 @@ import numpy as np
 from ..domain import KINDS
 
 N_KINDS = len(KINDS)
-_ARRAY_OVERHEAD = 112  # bytes of a numpy array object beside its data
+_sizeof = sys.getsizeof  # numpy arrays that own their data count it too
 
 
 class Session:
@@ -35,7 +36,12 @@ class Session:
         return int(self.ts[self.n - 1])
 
     def nbytes(self) -> int:
-        return self.ts.nbytes + self.slots.nbytes + 2 * _ARRAY_OVERHEAD + 200
+        """What this session holds: the object, its name, its two arrays and its counts."""
+        return (_sizeof(self) + _sizeof(self.name) + _sizeof(self.ts) + _sizeof(self.slots)
+                + _sizeof(self.kind_counts))
+
+    def arrays_nbytes(self) -> int:
+        return _sizeof(self.ts) + _sizeof(self.slots)
 
 
 class SessionIndex:
@@ -45,7 +51,7 @@ class SessionIndex:
         self.by_num: list[Session] = []
         self.live_sessions = 0
         self._order: list[tuple[int, bytes, int]] | None = None  # (started_at, name utf-8, num)
-        self._bytes = 0
+        self._bytes = 0  # the sessions' own bytes (Session.nbytes), kept as they change
 
     # -- membership ------------------------------------------------------------------------
     def number(self, name: str) -> int:
@@ -55,7 +61,7 @@ class SessionIndex:
             s = Session(name, len(self.by_num))
             self.by_name[name] = s
             self.by_num.append(s)
-            self._bytes += s.nbytes() + 100 + len(name) * 2
+            self._bytes += s.nbytes()
         return s.num
 
     def _position(self, s: Session, ts: int, ulid: bytes) -> int:
@@ -76,11 +82,11 @@ class SessionIndex:
         s = self.by_num[num]
         i = self._position(s, ts, ulid)
         if s.n == len(s.ts):
-            self._bytes -= s.nbytes()
+            self._bytes -= s.arrays_nbytes()
             extra = max(4, len(s.ts) // 2)
             s.ts = np.concatenate([s.ts, np.zeros(extra, dtype=np.int64)])
             s.slots = np.concatenate([s.slots, np.zeros(extra, dtype=np.int32)])
-            self._bytes += s.nbytes()
+            self._bytes += s.arrays_nbytes()
         if i < s.n:
             s.ts[i + 1 : s.n + 1] = s.ts[i : s.n].copy()
             s.slots[i + 1 : s.n + 1] = s.slots[i : s.n].copy()
@@ -134,7 +140,7 @@ class SessionIndex:
             s.kind_counts = counts[num]
             if n:
                 self.live_sessions += 1
-            self._bytes += s.nbytes() + 100 + len(name) * 2
+            self._bytes += s.nbytes()
         self._order = None
 
     # -- queries ---------------------------------------------------------------------------
@@ -165,4 +171,10 @@ class SessionIndex:
         return self._order
 
     def nbytes(self) -> int:
-        return self._bytes + 8 * len(self.by_num) * 2
+        """Bytes held: the sessions, the two containers that hold them, and the session order
+        while it is cached (a list of (started_at, name bytes, num) tuples)."""
+        total = self._bytes + _sizeof(self.by_name) + _sizeof(self.by_num)
+        if self._order is not None:
+            total += _sizeof(self._order) + sum(_sizeof(t) + _sizeof(t[0]) + _sizeof(t[1])
+                                                for t in self._order)
+        return total
