@@ -1,0 +1,91 @@
+"""SessionIndex and RelationIndex on their own: history order with ties, removal, the session
+order, the relation edges in both directions, and the bytes they report."""
+from __future__ import annotations
+
+import os
+import random
+import tracemalloc
+
+import pytest
+
+from convmem.catalog.relations import RelationIndex
+from convmem.catalog.sessions import SessionIndex
+
+
+def test_history_order_is_timestamp_then_id_and_removal_finds_the_entry():
+    ids = [bytes([i]) * 16 for i in range(6)]
+    si = SessionIndex(lambda slot: ids[slot])
+    num = si.number("s")
+    for slot, ts in [(3, 20), (1, 10), (5, 20), (0, 30), (2, 20)]:
+        si.insert(num, ts, slot, ids[slot], kind=0)
+    s = si.get("s")
+    assert s.slots[: s.n].tolist() == [1, 2, 3, 5, 0]  # ts 10, then the ts-20 tie by id, then 30
+    assert si.after(s, 20, ids[3]) == 3 and si.index_of(s, 20, 5, ids[5]) == 3
+    si.remove(num, 20, 3, ids[3], kind=0)
+    assert s.slots[: s.n].tolist() == [1, 2, 5, 0] and s.kind_counts[0] == 4
+    with pytest.raises(RuntimeError):
+        si.remove(num, 20, 3, ids[3], kind=0)  # not there any more
+
+
+def test_session_order_and_live_count():
+    ids = [os.urandom(16) for _ in range(4)]
+    si = SessionIndex(lambda slot: ids[slot])
+    for slot, (name, ts) in enumerate([("b", 5), ("a", 5), ("c", 1), ("b", 9)]):
+        si.insert(si.number(name), ts, slot, ids[slot], kind=1)
+    assert [name for _, name, _ in si.ordered()] == [b"c", b"a", b"b"]
+    si.remove(si.get("c").num, 1, 2, ids[2], kind=1)
+    assert si.live_sessions == 2 and [name for _, name, _ in si.ordered()] == [b"a", b"b"]
+
+
+def test_relations_both_directions_replace_and_clear():
+    t1, t2 = b"\x01" * 16, b"\x02" * 16
+    r = RelationIndex()
+    r.set(7, [(0, t1), (3, t2)])
+    r.set(8, [(1, t1)])
+    assert sorted(r.incoming_of(t1)) == [(0, 7), (1, 8)]
+    r.set(7, [(2, t2)])  # replaces 7's edges
+    assert r.incoming_of(t1) == [(1, 8)] and r.incoming_of(t2) == [(2, 7)]
+    r.clear(8)
+    assert r.incoming_of(t1) == []
+    back = RelationIndex.from_arrays(**{k: v for k, v in zip(("src", "rtype", "target"),
+                                                             r.arrays().values())})
+    assert back.incoming_of(t2) == [(2, 7)]
+
+
+def _traced(build):
+    tracemalloc.start()
+    try:
+        obj = build()
+        return obj, tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
+def test_relation_and_session_bytes_are_measured_not_guessed():
+    rng = random.Random(3)
+    targets = [os.urandom(16) for _ in range(500)]
+
+    def relations():
+        r = RelationIndex()
+        for slot in range(5000):
+            r.set(slot + 1000, [(rng.randrange(4), bytes(bytearray(rng.choice(targets))))
+                                for _ in range(rng.randint(1, 4))])
+        for slot in range(0, 5000, 3):
+            r.clear(slot + 1000)
+        return r
+
+    r, traced = _traced(relations)
+    assert 0.9 <= r.nbytes() / traced <= 1.1
+    ids = [os.urandom(16) for _ in range(20000)]
+
+    def sessions():
+        si = SessionIndex(lambda slot: ids[slot])
+        for slot in range(20000):
+            si.insert(si.number(f"session-{slot // 37}"), 1000 + slot, slot, ids[slot], 0)
+        si.ordered()
+        return si
+
+    si, traced = _traced(sessions)
+    assert 0.9 <= si.nbytes() / traced <= 1.1
+    empty = SessionIndex(lambda slot: ids[slot])
+    assert empty.nbytes() < 1000 and RelationIndex().nbytes() < 1000

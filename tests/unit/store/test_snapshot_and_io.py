@@ -1,0 +1,111 @@
+"""The snapshot file and the file-system primitives on their own: a round trip of every dtype
+and shape the store writes, each kind of damage as SnapshotError, deferred section checks, and
+the atomic file write (mode, no temporary left behind, the old file kept on failure)."""
+from __future__ import annotations
+
+import errno
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pytest
+
+from convmem.store import io as store_io
+from convmem.store.io import IoCounters, write_file_atomically
+from convmem.store.snapshot import SnapshotError, read_snapshot, verify_deferred, write_snapshot
+
+ARRAYS = {
+    "ids": np.arange(48, dtype=np.uint8).reshape(3, 16),
+    "ts": np.array([1, 2, 3], dtype=np.int64),
+    "empty": np.zeros(0, dtype=np.int32),
+    "scalar": np.array(7, dtype=np.uint32),
+    "big": np.arange(100_000, dtype=np.uint32),
+}
+
+
+def write(path: Path) -> Path:
+    write_snapshot(path, {"log_id": "ab", "n": 3}, ARRAYS, IoCounters())
+    return path
+
+
+def test_round_trip_keeps_values_dtypes_shapes_and_meta(tmp_path):
+    meta, arrays = read_snapshot(write(tmp_path / "snap"))
+    assert meta["log_id"] == "ab" and meta["n"] == 3
+    for name, arr in ARRAYS.items():
+        assert arrays[name].dtype == arr.dtype and arrays[name].shape == arr.shape
+        assert np.array_equal(arrays[name], arr)
+    assert not arrays["big"].flags.writeable  # a view of the map, not a copy
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x40
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("where, reason", [
+    (0, "magic"), (9, "header checksum"), (30, "meta checksum"), (-5, "checksum mismatch")])
+def test_each_damage_is_a_snapshot_error(tmp_path, where, reason):
+    path = write(tmp_path / "snap")
+    _flip(path, where if where >= 0 else path.stat().st_size + where)
+    with pytest.raises(SnapshotError, match=reason):
+        read_snapshot(path)
+
+
+def test_truncated_snapshot_is_a_snapshot_error(tmp_path):
+    path = write(tmp_path / "snap")
+    os.truncate(path, path.stat().st_size - 100)
+    with pytest.raises(SnapshotError, match="past the end"):
+        read_snapshot(path)
+    os.truncate(path, 10)
+    with pytest.raises(SnapshotError, match="shorter than its header"):
+        read_snapshot(path)
+
+
+def test_deferred_sections_are_checked_later(tmp_path):
+    path = write(tmp_path / "snap")
+    meta, _ = read_snapshot(path)
+    big = next(s for s in meta["sections"] if s["name"] == "big")
+    _flip(path, big["offset"] + 10)
+    deferred = []
+    _, arrays = read_snapshot(path, defer=lambda n, v, c: n == "big" and not deferred.append((n, v, c)))
+    assert [d[0] for d in deferred] == ["big"] and arrays["big"][2] != 2
+    assert verify_deferred(deferred) == "big"
+
+
+def test_a_section_numpy_cannot_view_raises_before_use(tmp_path):
+    path = write(tmp_path / "snap")
+    data = bytearray(path.read_bytes())
+    _, _, meta_len, _, _ = struct.unpack_from("<8sIIII", data, 0)
+    meta = orjson.loads(bytes(data[24:24 + meta_len]))
+    meta["sections"][1]["dtype"] = "|O"
+    new = orjson.dumps(meta).ljust(meta_len)
+    head = bytes(data[:12]) + struct.pack("<II", meta_len, zlib.crc32(new))
+    data[:24] = head + struct.pack("<I", zlib.crc32(head))
+    data[24:24 + meta_len] = new
+    path.write_bytes(bytes(data))
+    with pytest.raises((SnapshotError, ValueError, TypeError)):
+        read_snapshot(path)
+
+
+def test_atomic_write_sets_the_mode_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "file"
+    counters = IoCounters()
+    assert write_file_atomically(path, [b"one", b"two"], counters, mode=0o600) == 6
+    assert path.read_bytes() == b"onetwo" and path.stat().st_mode & 0o777 == 0o600
+    assert counters.replace_calls == 1 and counters.flush_calls == 2  # the file and its directory
+
+    def broken():
+        yield b"new"
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError):
+        write_file_atomically(path, broken(), counters)
+    assert path.read_bytes() == b"onetwo" and not (tmp_path / "file.tmp").exists()
+    monkeypatch.setattr(store_io.os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(errno.EIO, "EIO")))
+    with pytest.raises(OSError):
+        write_file_atomically(path, [b"x"], counters)
+    assert path.read_bytes() == b"onetwo" and not (tmp_path / "file.tmp").exists()
