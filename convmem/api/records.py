@@ -28,7 +28,9 @@ class RecordReader:
         self.catalog = catalog
 
     def record(self, doc: int) -> Record:
-        return self.read_doc(doc, codec.decode_message)
+        cat = self.catalog
+        return read_message_at(self.log, int(cat.doc_offset.data[doc]), int(cat.doc_len.data[doc]),
+                               codec.decode_message)
 
     def read_doc(self, doc: int, decode: Decode[_T]) -> _T:
         """`decode(data, payload offset, payload length)` of a stored version's checked record;
@@ -39,7 +41,12 @@ class RecordReader:
         return read_message_at(self.log, offset, length, decode)
 
     def message_of_slot(self, slot: int) -> dict[str, Any]:
-        return message(self.record(self.catalog.current_doc(slot)))
+        """The message dict of a slot's current version (a page of history reads many: the
+        lookups are inlined)."""
+        cat = self.catalog
+        doc = int(cat.slot_doc.data[slot])
+        return message(read_message_at(self.log, int(cat.doc_offset.data[doc]),
+                                       int(cat.doc_len.data[doc]), codec.decode_message))
 
 
 def new_record(ulid: bytes, timestamp: int, updated_at: int, revision: int, role: int,
