@@ -62,7 +62,8 @@ def _open_store(data_dir: Path) -> Any:
     except ConvMemError as exc:
         if exc.code == "BUSY":
             _fail(f"BUSY: the data directory {data_dir} is in use by another convmem process ({exc.message})")
-        _fail(f"{exc.code}: cannot open {data_dir}: {exc.message}")
+        where = "" if str(data_dir) in exc.message else f"cannot open {data_dir}: "
+        _fail(f"{exc.code}: {where}{exc.message}")
 
 
 def _write_json(payload: Any) -> None:

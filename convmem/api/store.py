@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,7 +35,7 @@ from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
 from ..store import compaction, recovery
 from ..store.cursor_key import CURSOR_KEY_NAME, load_cursor_key
-from ..store.io import IoCounters
+from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
@@ -50,6 +52,8 @@ LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
                   CURSOR_KEY_NAME + ".tmp")
 SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
+SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _T = TypeVar("_T")
 
 
@@ -64,10 +68,7 @@ class MemoryStore:
     def __init__(self, directory: Path) -> None:
         self._mutex = threading.RLock()
         self.directory = directory
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConvMemError(IO_ERROR, f"cannot create the data directory: {exc.strerror}") from exc
+        prepare_data_dir(directory)
         self._dirlock = DirLock(directory)
         try:
             with self._mutex:  # a background verifier started by _open waits for it to finish
@@ -110,6 +111,8 @@ class MemoryStore:
         self._verifier: threading.Thread | None = None
         self._io = IoCounters()
         self._findings = recovery.Findings()
+        self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
+        self._snapshot_retry: tuple[int, float] | None = None  # (records, time) after a failure
         for leftover in LEFTOVER_NAMES:
             compaction.remove_quietly(self.directory / leftover)
         self._cursors = Cursors(load_cursor_key(self.directory, self._io))
@@ -137,7 +140,9 @@ class MemoryStore:
         if replayed or loaded is None and self._log.size > codec.LOG_HEADER_SIZE:
             cat.unsaved_records = max(replayed, 1)
         if cat.unsaved_records >= 1 and (loaded is None or replayed >= 1000):
-            self._write_snapshot()
+            # The snapshot is an optimisation: on a full disk the store opens without it (reads
+            # work; writes fail with IO_ERROR until there is room) and tries again later.
+            self._try_snapshot("snapshot at open")
 
     def _empty_catalog(self) -> Catalog:
         return Catalog(self._read_record, self._log.base_sequence)
@@ -145,6 +150,7 @@ class MemoryStore:
     def _set_catalog(self, catalog: Catalog) -> None:
         self._catalog = catalog
         self._reader = RecordReader(self._log, catalog)
+        self._generation = getattr(self, "_generation", 0) + 1
 
     def _read_record(self, offset: int, length: int) -> Record:
         """The catalog's way back to a version's record (in the log the store has now)."""
@@ -170,7 +176,25 @@ class MemoryStore:
         self._findings.snapshot_rejected(why)
         self._set_catalog(self._empty_catalog())
         recovery.replay(self._log, self._catalog, codec.LOG_HEADER_SIZE, self._findings)
-        self._write_snapshot()
+        self._try_snapshot("snapshot after reloading")
+
+    def _rebuild_state(self, why: str) -> None:
+        """The in-memory state may have missed records that are durable in the log (applying
+        them was interrupted): build it again from the snapshot and the log, as open does."""
+        log.error("%s: rebuilding the in-memory state from the log", why)
+        self._set_catalog(self._empty_catalog())
+        start = codec.LOG_HEADER_SIZE
+        loaded = recovery.load_snapshot(self.directory, self._log, self._read_record,
+                                        recovery.Findings())
+        if loaded is not None:
+            catalog, start, _ = loaded
+            self._set_catalog(catalog)
+        replayed = recovery.replay(self._log, self._catalog, start, self._findings)
+        self._catalog.unsaved_records = max(replayed, 1)
+
+    def _applying(self, why: str, durable: bool = True) -> "_Applying":
+        """Around the in-memory work that follows a durable append (see _Applying)."""
+        return _Applying(self, why, durable)
 
     # -- health state --------------------------------------------------------------------
     @property
@@ -196,9 +220,19 @@ class MemoryStore:
         try:
             write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
         except OSError as exc:
-            self.last_error = f"IO_ERROR: snapshot write failed: {exc.strerror or exc}"
+            self.last_error = f"{_SNAPSHOT_FAILED}: {exc.strerror or exc}"
+            self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
             raise ConvMemError(IO_ERROR, "snapshot write failed") from exc
         self._catalog.unsaved_records = 0
+        self._snapshot_retry = None
+        if self.last_error.startswith(_SNAPSHOT_FAILED):
+            self.last_error = ""  # (room again: the failure it reported is over)
+
+    def _try_snapshot(self, what: str) -> None:
+        try:
+            self._write_snapshot()
+        except ConvMemError as exc:
+            log.warning("%s failed: %s", what, exc.message)
 
     def _log_meta(self, log_id: bytes | None = None) -> dict[str, Any]:
         """The snapshot meta that ties it to its log and the store's clock."""
@@ -210,11 +244,16 @@ class MemoryStore:
         # A snapshot bounds the replay at the next open; its cost grows with the store, so the
         # interval grows too (replay after a crash stays under a quarter of the store).
         due = max(SNAPSHOT_EVERY_RECORDS, self._catalog.index.n_docs // 4)
-        if self._catalog.unsaved_records >= due:
-            try:
-                self._write_snapshot()
-            except ConvMemError as exc:
-                log.warning("periodic snapshot failed: %s", exc.message)
+        unsaved = self._catalog.unsaved_records
+        if unsaved < due:
+            return
+        if self._snapshot_retry is not None:
+            # The last one failed (a full disk): not again on every write, only after as many
+            # records again and some time (it costs a write of the whole state).
+            records, at = self._snapshot_retry
+            if unsaved < records + due or time.monotonic() - at < SNAPSHOT_RETRY_SECONDS:
+                return
+        self._try_snapshot("periodic snapshot")
 
     # -- the write protocol --------------------------------------------------------------
     def _noting_errors(self, step: Callable[[], _T]) -> _T:
@@ -299,7 +338,8 @@ class MemoryStore:
             except BaseException:
                 self._clock.last = clock_before  # the id was not used
                 raise
-            cat.commit_new(rec, doc, len(frame))
+            with self._applying("a write was interrupted after its record was durable"):
+                cat.commit_new(rec, doc, len(frame))
             self._after_write()
             return answer
 
@@ -338,7 +378,8 @@ class MemoryStore:
 
             _, (new_doc, _, old_keys, answer) = self._append_overlapped(
                 frame, stage, lambda staged: cat.unstage(staged[0], staged[1]))
-            cat.commit_version(new, slot, new_doc, len(frame), old_keys)
+            with self._applying("an update was interrupted after its record was durable"):
+                cat.commit_version(new, slot, new_doc, len(frame), old_keys)
             self._after_write()
             return answer
 
@@ -358,7 +399,8 @@ class MemoryStore:
             doc = cat.current_doc(slot)
             frame = self._frame(codec.REC_DELETE, codec.encode_delete(ulid))
             _, old_keys = self._append_overlapped(frame, lambda offset: cat.index_keys(doc))
-            cat.apply_delete(ulid, old_keys)
+            with self._applying("a delete was interrupted after its record was durable"):
+                cat.apply_delete(ulid, old_keys)
             self._after_write()
             return {"status": "OK"}
 
@@ -598,10 +640,13 @@ class MemoryStore:
             seq = cat.last_seq
             frames = [encode_record(rtype, seq + i, encode_message(*rec))
                       for i, rec in enumerate(prepared, start=1)]
-            offsets = self._append(frames)
-            cat.last_seq = seq + len(frames)
-            cat.last_record_offset = offsets[-1]
-            cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
+            with self._applying("an import batch was interrupted after its records were durable",
+                                durable=False) as applying:
+                offsets = self._append(frames)  # (IO_ERROR: nothing was appended)
+                applying.durable = True
+                cat.last_seq = seq + len(frames)
+                cat.last_record_offset = offsets[-1]
+                cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
             self._after_write()
         return results
 
@@ -609,6 +654,7 @@ class MemoryStore:
         """Live messages as import dicts, session by session (by start time), in history order."""
         with self._mutex:
             self._check_open()
+            generation = self._generation
             sessions = self._catalog.sessions
             if session_id is not None:
                 s = sessions.get(session_id)
@@ -618,11 +664,51 @@ class MemoryStore:
             slots = [int(x) for num in nums for x in sessions.by_num[num].slots[: sessions.by_num[num].n]]
         for slot in slots:
             with self._mutex:
+                self._check_open()
+                if self._generation != generation:
+                    # rebuild_index renumbered the messages: the list taken above means nothing
+                    # now. Fail rather than export a mix of two states.
+                    raise ConvMemError(CONFLICT, "the store was rebuilt during the export; "
+                                                 "nothing after this point was exported")
                 doc = self._catalog.current_doc(slot)
                 if doc < 0:
                     continue
                 m = message(self._reader.record(doc))
             yield bulk.export_item(m)
+
+
+_SNAPSHOT_FAILED = "IO_ERROR: snapshot write failed"
+
+
+class _Applying:
+    """The in-memory work after an append became durable must not be cut short: the log would
+    then hold records the state never saw, and the next snapshot would claim to cover them.
+
+    SIGINT and SIGTERM are held back meanwhile (on the main thread, where Python runs signal
+    handlers), so Ctrl-C during an import stops it between batches; any exception that still
+    escapes (MemoryError...) rebuilds the state from the snapshot and the log before it passes.
+    """
+
+    __slots__ = ("store", "why", "durable", "blocked")
+
+    def __init__(self, store: MemoryStore, why: str, durable: bool) -> None:
+        self.store = store
+        self.why = why
+        self.durable = durable  # whether the records are in the log yet
+        self.blocked: set[signal.Signals] | None = None
+
+    def __enter__(self) -> "_Applying":
+        if threading.current_thread() is threading.main_thread():
+            self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if exc is not None and self.durable:
+                self.store._rebuild_state(self.why)  # noqa: SLF001
+        finally:
+            if self.blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, self.blocked)
 
 
 def _ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:

@@ -20,7 +20,7 @@ import numpy as np
 
 from .._core import codec
 from ..errors import IO_ERROR, ConvMemError
-from .io import IoCounters, fsync_dir, write_all
+from .io import IoCounters, create_exclusively, fsync_dir, write_all
 from .logfile import LOG_NAME, LogFile
 from .records import read_payload_at
 from .snapshot import SNAPSHOT_NAME
@@ -60,7 +60,7 @@ def write_compacted_log(directory: Path, old: LogFile, spans: list[tuple[int, in
     log_id = os.urandom(16)
     fd = -1
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = create_exclusively(path, os.O_RDWR)
         header = codec.encode_log_header(log_id, base)
         write_all(fd, header, io)
         pos = len(header)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..errors import IO_ERROR, ConvMemError
 from .io import IoCounters, write_file_atomically
 
 CURSOR_KEY_NAME = "cursor.key"
@@ -21,6 +22,11 @@ def load_cursor_key(directory: Path, io: IoCounters) -> bytes:
             return key
     except FileNotFoundError:
         pass
+    except OSError as exc:
+        raise ConvMemError(IO_ERROR, f"cannot read {path}: {exc.strerror or exc}") from exc
     key = os.urandom(KEY_BYTES)
-    write_file_atomically(path, [key], io, mode=0o600)
+    try:
+        write_file_atomically(path, [key], io)
+    except OSError as exc:
+        raise ConvMemError(IO_ERROR, f"cannot write {path}: {exc.strerror or exc}") from exc
     return key

@@ -1,9 +1,25 @@
-"""Logical I/O counters and the few file-system primitives that must be done exactly right."""
+"""Logical I/O counters and the few file-system primitives that must be done exactly right.
+
+Every file of a store is private to its owner (FILE_MODE) and is opened without following a
+symbolic link (O_NOFOLLOW), so that a link planted in the data directory cannot redirect a write;
+temporary files are created exclusively (O_EXCL) after any leftover of that name is removed.
+"""
 from __future__ import annotations
 
+import logging
 import os
+import stat
 from dataclasses import dataclass, asdict
 from pathlib import Path
+
+from ..errors import IO_ERROR, ConvMemError
+
+log = logging.getLogger("convmem")
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass
@@ -51,13 +67,25 @@ def fsync_dir(directory: Path, io: IoCounters) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, chunks, io: IoCounters, mode: int = 0o644) -> int:
+def open_file(path: Path, flags: int, mode: int = FILE_MODE) -> int:
+    """os.open of a store file: never through a symbolic link, not inherited by children."""
+    return os.open(path, flags | NOFOLLOW | CLOEXEC, mode)
+
+
+def create_exclusively(path: Path, flags: int = os.O_WRONLY) -> int:
+    """A new, empty private file at `path` (whatever was there, a planted link included, is
+    removed first; O_EXCL then refuses anything that appears meanwhile)."""
+    _unlink_quietly(path)
+    return open_file(path, flags | os.O_CREAT | os.O_EXCL)
+
+
+def write_file_atomically(path: Path, chunks, io: IoCounters) -> int:
     """Write chunks to `path.tmp`, fsync, rename over `path`, fsync the directory.
 
     A crash leaves either the old file or the new one. Returns the new file's size.
     """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    fd = create_exclusively(tmp)
     size = 0
     try:
         for chunk in chunks:
@@ -81,3 +109,40 @@ def _unlink_quietly(path: Path) -> None:
         path.unlink()
     except OSError:
         pass
+
+
+def prepare_data_dir(directory: Path) -> None:
+    """Create the data directory private to its owner, or check an existing one: refused when
+    another user owns it or anyone else may write to it (they could replace its files); a warning
+    when others may read it. Store files readable by others (an older convmem made them 0644)
+    are made private."""
+    try:
+        directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        st = os.stat(directory)
+    except OSError as exc:
+        raise ConvMemError(IO_ERROR, f"cannot create the data directory {directory}: "
+                                     f"{exc.strerror or exc}") from exc
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConvMemError(IO_ERROR, f"the data directory {directory} is not a directory")
+    if st.st_uid != os.geteuid():
+        raise ConvMemError(IO_ERROR, f"the data directory {directory} belongs to another user "
+                                     f"(uid {st.st_uid}); refusing to use it")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConvMemError(IO_ERROR, f"the data directory {directory} is writable by other users "
+                                     f"(mode {stat.S_IMODE(st.st_mode):o}); refusing to use it "
+                                     f"(chmod 700 it)")
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        log.warning("the data directory %s can be read by other users (mode %o): the "
+                    "conversations it holds are private; chmod 700 it", directory,
+                    stat.S_IMODE(st.st_mode))
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
+                os.chmod(entry.path, FILE_MODE, follow_symlinks=False)
+                log.warning("made %s private to its owner (mode 600)", entry.path)
+        except (OSError, NotImplementedError):
+            pass

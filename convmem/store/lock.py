@@ -5,7 +5,8 @@ import fcntl
 import os
 from pathlib import Path
 
-from ..errors import BUSY, ConvMemError
+from ..errors import BUSY, IO_ERROR, ConvMemError
+from .io import open_file
 
 LOCK_NAME = "LOCK"
 
@@ -15,7 +16,10 @@ class DirLock:
 
     def __init__(self, directory: Path) -> None:
         self.path = directory / LOCK_NAME
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, f"cannot open {self.path}: {exc.strerror or exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -23,9 +27,9 @@ class DirLock:
             os.close(fd)
             who = f"process {holder}" if holder else "another process"
             raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
-        except OSError:
+        except OSError as exc:
             os.close(fd)
-            raise
+            raise ConvMemError(IO_ERROR, f"cannot lock {self.path}: {exc.strerror or exc}") from exc
         # The pid is informational (the flock is the lock): rewrite it in place.
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .._core import codec, pysyncer, syncer
 from ..errors import CORRUPT_STORE, IO_ERROR, ConvMemError
-from .io import IoCounters, fsync_dir, pwrite_all, write_all
+from .io import IoCounters, fsync_dir, open_file, pwrite_all, write_all
 
 LOG_NAME = "messages.log"
 _FDATASYNC = os.fdatasync  # see _flusher
@@ -38,8 +38,12 @@ class LogFile:
     # -- opening -------------------------------------------------------------------------
     @classmethod
     def open(cls, path: Path, io: IoCounters) -> "LogFile":
-        """Open the log, creating it with a fresh header when missing or empty."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Open the log, creating it with a fresh header when missing or empty; a log that
+        cannot be opened or read is IO_ERROR naming it."""
+        try:
+            fd = open_file(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, f"cannot open {path}: {exc.strerror or exc}") from exc
         try:
             size = os.fstat(fd).st_size
             if size == 0:
@@ -53,10 +57,18 @@ class LogFile:
             try:
                 log_id, base = codec.decode_log_header(head)
             except codec.CorruptRecord as exc:
+                version = int.from_bytes(head[8:12], "little") if len(head) >= 12 else None
+                if head[:8] == codec.LOG_MAGIC and version != codec.FORMAT_VERSION:
+                    raise ConvMemError(
+                        CORRUPT_STORE, f"{path} is a log of format_version {version}; this "
+                        f"convmem reads format_version {codec.FORMAT_VERSION}") from exc
                 raise ConvMemError(
                     CORRUPT_STORE, f"log header is damaged at byte offset 0: {exc.reason}"
                 ) from exc
             return cls(path, fd, log_id, base, size, io)
+        except OSError as exc:
+            os.close(fd)
+            raise ConvMemError(IO_ERROR, f"cannot read {path}: {exc.strerror or exc}") from exc
         except BaseException:
             os.close(fd)
             raise

@@ -19,7 +19,8 @@ from .._core import codec
 from ..catalog.catalog import Catalog, ReadRecord
 from ..errors import ConvMemError
 from .logfile import LogFile
-from .snapshot import SNAPSHOT_NAME, Deferred, SnapshotError, read_snapshot, snapshot_size, verify_deferred
+from .snapshot import (SNAPSHOT_NAME, Deferred, SnapshotError, SnapshotVersionError, read_snapshot,
+                       snapshot_size, verify_deferred)
 
 log = logging.getLogger("convmem")
 
@@ -72,6 +73,9 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
     try:
         meta, arrays = read_snapshot(path, defer=defer)
     except FileNotFoundError:
+        return None
+    except SnapshotVersionError as exc:
+        log.info("%s: re-indexing from the log", exc)
         return None
     except (SnapshotError, ValueError, TypeError) as exc:
         # (ValueError, TypeError: a section numpy cannot view, e.g. an object dtype in a meta

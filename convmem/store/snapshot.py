@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from .io import IoCounters, write_file_atomically
+from .io import IoCounters, open_file, write_file_atomically
 
 SNAPSHOT_NAME = "snapshot.bin"
 MAGIC = b"CVMEMSNP"
@@ -33,6 +33,10 @@ _ALIGN = 64
 
 class SnapshotError(Exception):
     """The snapshot cannot be used; `reason` says why (the store then rebuilds from the log)."""
+
+
+class SnapshotVersionError(SnapshotError):
+    """A snapshot of another format version: not damage, just not ours to read."""
 
 
 def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
@@ -89,14 +93,18 @@ def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str
     runs in the background).
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = open_file(path, os.O_RDONLY)
     except FileNotFoundError:
         raise
+    except OSError as exc:  # unreadable, a directory, a planted link...
+        raise SnapshotError(f"cannot open the snapshot: {exc.strerror or exc}") from exc
     try:
         size = os.fstat(fd).st_size
         if size < _HEAD.size:
             raise SnapshotError("snapshot is shorter than its header")
         mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+    except (OSError, ValueError) as exc:  # (mmap refused)
+        raise SnapshotError(f"cannot map the snapshot: {exc}") from exc
     finally:
         os.close(fd)
     magic, version, meta_len, meta_crc, head_crc = _HEAD.unpack_from(mm, 0)
@@ -105,7 +113,7 @@ def read_snapshot(path: Path, verify: bool = True, defer=None) -> tuple[dict[str
     if zlib.crc32(mm[:20]) != head_crc:
         raise SnapshotError("snapshot header checksum mismatch")
     if version != VERSION:
-        raise SnapshotError(f"snapshot format_version {version} is not {VERSION}")
+        raise SnapshotVersionError(f"snapshot format_version {version} is not {VERSION}")
     if _HEAD.size + meta_len > size:
         raise SnapshotError("snapshot meta runs past the end of the file")
     meta_bytes = mm[_HEAD.size:_HEAD.size + meta_len]
@@ -149,7 +157,7 @@ def verify_deferred(deferred: Deferred) -> str | None:
 def snapshot_size(path: Path) -> int:
     try:
         return path.stat().st_size
-    except FileNotFoundError:
+    except OSError:
         return 0
 
 

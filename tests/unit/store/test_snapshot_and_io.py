@@ -94,7 +94,7 @@ def test_a_section_numpy_cannot_view_raises_before_use(tmp_path):
 def test_atomic_write_sets_the_mode_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
     path = tmp_path / "file"
     counters = IoCounters()
-    assert write_file_atomically(path, [b"one", b"two"], counters, mode=0o600) == 6
+    assert write_file_atomically(path, [b"one", b"two"], counters) == 6
     assert path.read_bytes() == b"onetwo" and path.stat().st_mode & 0o777 == 0o600
     assert counters.replace_calls == 1 and counters.flush_calls == 2  # the file and its directory
 
