@@ -11,6 +11,7 @@ import hashlib
 import struct
 from typing import Any
 
+import numpy as np
 import orjson
 
 from ..catalog.docs import FLAG_HAS_SUMMARY, R_CONTENT, R_RELATIONS, R_SUMMARY, R_ULID, Record
@@ -101,10 +102,16 @@ def representative(reader: RecordReader, s: Session) -> str:
     cat = reader.catalog
     flags = cat.doc_flags.data
     slot_doc = cat.slot_doc.data
-    for i in range(s.n - 1, -1, -1):
-        doc = int(slot_doc[int(s.slots[i])])
-        if flags[doc] & FLAG_HAS_SUMMARY:
-            return reader.record(doc)[R_SUMMARY]
+    # Backwards from the newest, in growing chunks checked by numpy: a session of many messages
+    # without a summary costs one vectorised pass, not a Python loop over all of them.
+    end, step = s.n, 64
+    while end > 0:
+        start = max(0, end - step)
+        docs = slot_doc[s.slots[start:end]]
+        hits = np.flatnonzero(flags[docs] & FLAG_HAS_SUMMARY)
+        if len(hits):
+            return reader.record(int(docs[hits[-1]]))[R_SUMMARY]
+        end, step = start, step * 8
     return reader.record(int(slot_doc[int(s.slots[s.n - 1])]))[R_CONTENT]
 
 

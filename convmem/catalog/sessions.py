@@ -74,8 +74,14 @@ class SessionIndex:
         view = s.ts[: s.n]
         lo = int(np.searchsorted(view, ts, side="left"))
         hi = int(np.searchsorted(view, ts, side="right"))
-        while lo < hi and self._ulid_of(int(s.slots[lo])) < ulid:
-            lo += 1
+        # Within a run of equal timestamps (an import of messages made in one millisecond, or
+        # given one timestamp), ids decide: a binary search, so that such runs stay logarithmic.
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._ulid_of(int(s.slots[mid])) < ulid:
+                lo = mid + 1
+            else:
+                hi = mid
         return lo
 
     def insert(self, num: int, ts: int, slot: int, ulid: bytes, kind: int) -> None:

@@ -545,3 +545,14 @@ def test_relations_survive_rebuild_and_reopen(store_dir):
         assert [(e["direction"], e["message"]["message_id"]) for e in rel] == [("incoming", b)]
         s.delete_message(message_id=b)
         assert s.read_messages(view="context", message_id=a)["relations"] == []
+
+
+def test_sessions_view_representative_is_the_newest_summary_however_far_back(store):
+    write(store, "the early one", summary="the only summary")
+    for i in range(700):  # more than the first chunks of the backwards scan
+        write(store, f"later {i}")
+    page = store.read_messages(view="sessions")["sessions"]
+    assert page[0]["representative_summary"] == "the only summary"
+    store.write_message(session_id="other", role="user", content="no summary here")
+    other = [x for x in store.read_messages(view="sessions")["sessions"] if x["session_id"] == "other"]
+    assert other[0]["representative_summary"] == "no summary here"

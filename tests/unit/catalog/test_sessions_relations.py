@@ -89,3 +89,28 @@ def test_relation_and_session_bytes_are_measured_not_guessed():
     assert 0.9 <= si.nbytes() / traced <= 1.1
     empty = SessionIndex(lambda slot: ids[slot])
     assert empty.nbytes() < 1000 and RelationIndex().nbytes() < 1000
+
+
+def test_a_run_of_equal_timestamps_is_searched_in_logarithmic_steps():
+    ids = sorted(os.urandom(16) for _ in range(4096))
+    order = list(range(4096))
+    random.Random(5).shuffle(order)
+    calls = [0]
+
+    def ulid_of(slot):
+        calls[0] += 1
+        return ids[slot]
+
+    si = SessionIndex(ulid_of)
+    num = si.number("s")
+    worst = 0
+    for slot in order:  # one timestamp for all, ids in random order: every insert is in the run
+        calls[0] = 0
+        si.insert(num, 1000, slot, ids[slot], kind=0)
+        worst = max(worst, calls[0])
+    s = si.get("s")
+    assert s.slots[: s.n].tolist() == list(range(4096))  # in id order
+    assert worst <= 2 * 12 + 2  # ~log2(4096) comparisons (a linear walk needed thousands)
+    calls[0] = 0
+    si.remove(num, 1000, 2048, ids[2048], kind=0)
+    assert calls[0] <= 2 * 12 + 2
