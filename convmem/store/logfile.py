@@ -8,6 +8,7 @@ stays behind.
 """
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..errors import CORRUPT_STORE, IO_ERROR, ConvMemError
 from .io import IoCounters, fsync_dir, open_file, pwrite_all, write_all
 
 LOG_NAME = "messages.log"
+log = logging.getLogger("convmem")
 _FDATASYNC = os.fdatasync  # see _flusher
 
 
@@ -32,6 +34,10 @@ class LogFile:
         # Set when the log was renamed into place (rebuild_index) and the directory fsync that
         # makes the rename durable failed: no append is acknowledged until it succeeds.
         self.dir_sync_pending = False
+        # Set when a failed append could not be cut back off the file (a double fault): its
+        # record may be whole and valid there, and would come back at the next open. No append
+        # is accepted until the cut succeeds (each tries it again first), and close tries too.
+        self.cut_back_pending = False
         self._syncer = syncer.Syncer()  # its thread starts with the first begin_append
         self._in_flight: tuple[int, int, pysyncer.Syncer | syncer.Syncer] | None = None
 
@@ -82,7 +88,7 @@ class LogFile:
     # -- writing -------------------------------------------------------------------------
     def append(self, data: bytes | bytearray) -> int:
         """Append and fdatasync; returns the offset where `data` starts."""
-        self._sync_dir_if_pending()
+        self._settle()
         offset = self.size
         try:
             pwrite_all(self.fd, data, offset, self.io)
@@ -100,7 +106,7 @@ class LogFile:
         of finish_append() and abort_append() must follow, and nothing else may write."""
         if self._in_flight is not None:
             raise RuntimeError("an append is already in flight")
-        self._sync_dir_if_pending()
+        self._settle()
         offset = self.size
         flusher = self._flusher()
         try:
@@ -135,7 +141,13 @@ class LogFile:
             pass
         self._cut_back(offset)
 
-    def _sync_dir_if_pending(self) -> None:
+    def _settle(self) -> None:
+        """What an earlier fault left to do before anything more is appended."""
+        if self.cut_back_pending:
+            self._cut_back(self.size)
+            if self.cut_back_pending:
+                raise ConvMemError(IO_ERROR, "the log still ends with a failed write that could "
+                                             "not be cut off; no write is accepted until it is")
         if not self.dir_sync_pending:
             return
         try:
@@ -144,6 +156,10 @@ class LogFile:
             raise ConvMemError(IO_ERROR, "the log's directory entry is not durable yet "
                                          f"(directory fsync failed: {exc.strerror or exc})") from exc
         self.dir_sync_pending = False
+        # Set when a failed append could not be cut back off the file (a double fault): its
+        # record may be whole and valid there, and would come back at the next open. No append
+        # is accepted until the cut succeeds (each tries it again first), and close tries too.
+        self.cut_back_pending = False
 
     def _take_in_flight(self) -> tuple[int, int, pysyncer.Syncer | syncer.Syncer]:
         if self._in_flight is None:
@@ -159,16 +175,20 @@ class LogFile:
         return pysyncer.Syncer()
 
     def _cut_back(self, size: int) -> None:
-        """Remove whatever part of a failed append reached the file."""
+        """Remove whatever part of a failed append reached the file (durably)."""
         try:
             if os.fstat(self.fd).st_size != size:
                 os.ftruncate(self.fd, size)
                 self.io.truncate_calls += 1
                 os.fdatasync(self.fd)
                 self.io.flush_calls += 1
-        except OSError:
-            # The next open finds a torn tail and truncates it: still nothing partial served.
-            pass
+        except OSError as exc:
+            if not self.cut_back_pending:
+                log.error("log: a failed write could not be cut off the end of %s (%s); no "
+                          "write is accepted until it is", self.path, exc.strerror or exc)
+            self.cut_back_pending = True
+            return
+        self.cut_back_pending = False
 
     def truncate(self, size: int) -> None:
         """Cut the file to `size` durably (torn-tail repair)."""
@@ -191,6 +211,11 @@ class LogFile:
     def close(self) -> None:
         if self._in_flight is not None:  # (not reached: callers finish what they begin)
             self.abort_append()
+        if self.cut_back_pending and self.fd >= 0:
+            self._cut_back(self.size)
+            if self.cut_back_pending:
+                log.error("log: %s still ends with a write that failed; it may be read back "
+                          "at the next open", self.path)
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

@@ -246,3 +246,54 @@ def test_readers_never_see_a_write_half_applied(store):
     assert min(reads) > 0
     assert store.get_system_health()["active_messages"] == n_writes
     assert len(store.search_messages(query="common", limit=100)["results"]) == 100
+
+
+def test_failed_flush_whose_cut_back_also_fails_never_comes_back(store_dir, monkeypatch):
+    """A double fault: the flush fails, then cutting the record back off fails too. The record
+    is whole in the file; no later write may be acknowledged after it, and it must not come back
+    at the next open once the cut has succeeded."""
+    real_ftruncate = os.ftruncate
+    refusals = [2]  # the cut after the failed flush, and the retry before the next write
+
+    def failing_ftruncate(fd, size):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_ftruncate(fd, size)
+
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s", role="user", content="first")
+        fail_next_flush(s)
+        monkeypatch.setattr(os, "ftruncate", failing_ftruncate)
+        io_error(lambda: s.write_message(session_id="s", role="user", content="rejected"))
+        size = s._log.size  # noqa: SLF001
+        assert os.path.getsize(store_dir / "messages.log") > size  # the record is still there
+        err = io_error(lambda: s.write_message(session_id="s", role="user", content="refused"))
+        assert "could not be cut off" in err.message
+        assert s.get_system_health()["status"] == "DEGRADED"
+        s.write_message(session_id="s", role="user", content="second")  # the cut works now
+        monkeypatch.undo()
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first", "second"]
+    with MemoryStore.open(store_dir) as s:
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first", "second"]
+        assert s.get_system_health()["recovered_tail"] is False  # the file ended where it should
+
+
+def test_cut_back_retried_at_close_keeps_a_rejected_write_out(store_dir, monkeypatch):
+    real_ftruncate = os.ftruncate
+    refusals = [1]
+
+    def failing_ftruncate(fd, size):
+        if refusals[0]:
+            refusals[0] -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_ftruncate(fd, size)
+
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s", role="user", content="first")
+        fail_next_flush(s)
+        monkeypatch.setattr(os, "ftruncate", failing_ftruncate)
+        io_error(lambda: s.write_message(session_id="s", role="user", content="rejected"))
+    monkeypatch.undo()
+    with MemoryStore.open(store_dir) as s:
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first"]
