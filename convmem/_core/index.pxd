@@ -182,6 +182,12 @@ cdef class SearchIndex:
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
     cdef readonly bint last_parallel    # whether the last search used two threads
     cdef readonly bint last_session_docs    # whether it scored only the session's docs
+    # What the pruning skipped in the last search (0 after an exhaustive one): windows not
+    # decoded at all, blocks of essential lists passed over on their block maxima, and docs
+    # reached by the essential lists but cut by the bounds before their exact score.
+    cdef readonly int64_t last_windows_skipped
+    cdef readonly int64_t last_blocks_skipped
+    cdef readonly int64_t last_docs_skipped
 
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
     cdef int64_t _term_add(self, uint64_t key) except -1

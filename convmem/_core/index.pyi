@@ -17,6 +17,12 @@ class SearchIndex:
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
     last_session_docs: bool  # whether it scored only the session_docs it was given
+    # What the pruning skipped in the last search (0 after an exhaustive one; always 0 in the
+    # twin, which scores every doc): windows not decoded at all, blocks of essential lists passed
+    # over on their block maxima, docs cut by the bounds before their exact score.
+    last_windows_skipped: int
+    last_blocks_skipped: int
+    last_docs_skipped: int
     def __init__(
         self,
         k1: float = 1.2,

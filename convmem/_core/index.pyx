@@ -1199,6 +1199,10 @@ cdef struct Eng:
     int64_t k
     double theta            # the k-th best score once the heap is full, else -1
     double* peer_theta      # the other half's theta when two threads share the query, else NULL
+    # what the pruning skipped (SearchIndex.last_*_skipped; tests assert on them)
+    int64_t n_windows_skipped   # windows whose bound stayed below the k-th score: not decoded
+    int64_t n_blocks_skipped    # blocks of essential lists skipped on their block maxima
+    int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
 
 
 @cython.cdivision(True)
@@ -1324,6 +1328,7 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
         if lb >= 0.0:
             bx = _block_x(q, s, j) + xo
             if (_ub(q, e.groups[g].idf, bx) + others) * (1.0 + EPS) < lb:
+                e.n_blocks_skipped += 1
                 if (_block_last(L, j) if L.skip != NULL else s.last1) >= whi:
                     s.tblk = j                        # the block goes on past the window
                     return ng
@@ -1539,6 +1544,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
         e.wub[g] = _group_bound(e, g, wlo, whi)
         total += e.wub[g]
     if total * (1.0 + EPS) < lb:
+        e.n_windows_skipped += 1
         return
     _sort_by_bound(e)
     ne = 0
@@ -1554,6 +1560,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
         if t <= 0.0:
             xm = 0.0
         elif t >= 1.0:
+            e.n_windows_skipped += 1
             return
         else:
             xm = q.k1 * t / (1.0 - t) * (1.0 - 1e-10)
@@ -1587,13 +1594,16 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                 w = e.wtf[x]
                 e.wtf[x] = 0
                 if w <= 0xFF and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
-                    continue                          # content only, below xm even rounded up
+                    e.n_docs_skipped += 1             # content only, below xm even rounded up
+                    continue
                 s = _approx_total(q, d, w, e.groups[g1].idf)
                 if (s + cum) * (1.0 + EPS) < lb:
+                    e.n_docs_skipped += 1
                     continue
             else:
                 s = e.wacc[x]
                 if (s + cum) * (1.0 + EPS) < lb:
+                    e.n_docs_skipped += 1
                     continue
             if q.extra and not _extra_ok(q, d):
                 continue
@@ -1616,6 +1626,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                     break
                 i -= 1
             if not alive:
+                e.n_docs_skipped += 1
                 continue
             a[0] = 0.0
             a[1] = 0.0
@@ -1846,6 +1857,9 @@ cdef class _Scratch:
         e.k = k
         e.theta = -1.0
         e.peer_theta = NULL
+        e.n_windows_skipped = 0
+        e.n_blocks_skipped = 0
+        e.n_docs_skipped = 0
         return 0
 
     cdef int64_t nbytes(self):
@@ -2654,6 +2668,9 @@ cdef class SearchIndex:
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
+        self.last_windows_skipped = 0
+        self.last_blocks_skipped = 0
+        self.last_docs_skipped = 0
         if k > self._n_live:
             k = self._n_live
         if k == 0 or qk.shape[0] == 0:
@@ -2718,6 +2735,9 @@ cdef class SearchIndex:
             else:
                 _run(&e, lists, self.window, pruned, 0, 1)
             _heap_sort(&q, e.heap, e.nh)
+        self.last_windows_skipped = e.n_windows_skipped + (e2.n_windows_skipped if parallel else 0)
+        self.last_blocks_skipped = e.n_blocks_skipped + (e2.n_blocks_skipped if parallel else 0)
+        self.last_docs_skipped = e.n_docs_skipped + (e2.n_docs_skipped if parallel else 0)
         docs = np.empty(e.nh, dtype=np.int64)
         scores = np.empty(e.nh, dtype=np.float64)
         breakdown = np.empty((e.nh, 3), dtype=np.float64)
