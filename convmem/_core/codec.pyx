@@ -411,7 +411,8 @@ cdef bytes _utf8(object value, str name, Py_ssize_t limit):
     if not isinstance(value, str):
         raise TypeError(f"{name} must be str")
     # A temporary bytes, not PyUnicode_AsUTF8: that would cache a UTF-8 copy inside every
-    # non-ASCII str for its lifetime (see NOTES-measured.md).
+    # non-ASCII str for its lifetime (CPython keeps it in the str object until the str dies,
+    # so a kept message body would hold its text twice).
     cdef bytes b = PyUnicode_AsUTF8String(value)
     if PyBytes_GET_SIZE(b) > limit:
         raise ValueError(f"{name} longer than {limit} UTF-8 bytes")

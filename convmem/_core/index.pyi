@@ -47,6 +47,10 @@ class SearchIndex:
         timestamp: int,
         ulid: bytes,
     ) -> None: ...
+    # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
+    # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
+    # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from
+    # its segment's postings; for a doc whose text is lost).
     def remove(
         self,
         doc: int,
@@ -54,11 +58,9 @@ class SearchIndex:
         summary_keys: _Keys | None = None,
         tag_keys: _Keys | None = None,
     ) -> None: ...
-    # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
-    # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
-    # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from
-    # its segment's postings; for a doc whose text is lost).
     def is_live(self, doc: int) -> bool: ...
+    # session_docs: with session >= 0, every doc of that session in ascending order (a hint:
+    # the index may score only them; the result is the same). The twin ignores it.
     def search(
         self,
         query_keys: _Keys,
@@ -71,8 +73,6 @@ class SearchIndex:
         exhaustive: bool = False,
         session_docs: _Keys | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
-    # session_docs: with session >= 0, every doc of that session in ascending order (a hint:
-    # the index may score only them; the result is the same). The twin ignores it.
     def merge_segments(self) -> None: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch

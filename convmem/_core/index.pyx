@@ -1862,7 +1862,7 @@ cdef class _Scratch:
         e.n_docs_skipped = 0
         return 0
 
-    cdef int64_t nbytes(self):
+    cdef int64_t nbytes(self) noexcept:
         return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
                 + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.ls)
                 + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
@@ -2910,7 +2910,9 @@ cdef class SearchIndex:
                     b=(0.75, 0.75, 0.5)) -> "SearchIndex":
         """Restore from `to_arrays` output without copying it (arrays may be read-only mmap
         views); what later changes is copied on first write. Sizes, offsets and term ids are
-        checked; doc ids inside the postings are trusted (the snapshot is checksummed)."""
+        checked, and every posting list is decoded once (_lists_ok): canonical, within its
+        bytes, doc ids ascending and below n_docs, tfs in range. Doc metadata values are not
+        checked beyond doc_meta's bits (the snapshot is checksummed)."""
         cdef SearchIndex ix = cls(k1, weights, b)
         cdef int64_t n, T, nl, cap, nt
         cdef int f
@@ -2971,7 +2973,7 @@ cdef class SearchIndex:
         return ix
 
 
-cdef bint _nonempty(_Segment s):
+cdef bint _nonempty(_Segment s) noexcept:
     return s.v.f[0].n_bytes + s.v.f[1].n_bytes + s.v.f[2].n_bytes > 0
 
 
@@ -3017,8 +3019,9 @@ cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_
     return pos
 
 
-cdef bint _lists_ok(object offsets, object data, uint32_t doc_hi):
-    """Every list of one field decodes within its bounds, with doc ids below doc_hi."""
+cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1:
+    """1 when every list of one field decodes within its bounds, with doc ids below doc_hi,
+    else 0 (-1: an exception, e.g. a non-contiguous array)."""
     cdef const uint32_t[::1] off = offsets
     cdef const uint8_t[::1] dat = data
     cdef int64_t i, nt = off.shape[0] - 1
