@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Record codec: log file header, record frames, MESSAGE and DELETE payloads.
 
 The byte layout, the order of the checks and every reason string are in docs/FORMAT.md; the
@@ -9,7 +8,6 @@ does pointer arithmetic on it, so a strided view is refused with BufferError). E
 through a bounds check (`Reader`, or `check_frame` in the nogil scan loop) before any byte is
 touched, and no allocation is sized from a length not yet checked against the bytes left.
 """
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.number cimport PyNumber_Index
@@ -152,8 +150,6 @@ cdef uint32_t crc32_buf(uint32_t crc, const unsigned char* p, size_t n) noexcept
     return <uint32_t>c
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def crc32(data, value=0):
     """zlib's CRC-32 of `data` (any contiguous buffer), continuing from `value`."""
     cdef const unsigned char[::1] mv = data
@@ -328,8 +324,6 @@ cdef Py_ssize_t _resync(const unsigned char* data, Py_ssize_t stop, Py_ssize_t e
     return -1
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
     cdef const unsigned char[::1] mv = buf
     cdef Py_ssize_t n = mv.shape[0]

@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Compiled search index: term dictionary, postings segments, BM25F with filters, top-k.
 
 Scoring is defined in docs/SCORING.md; `pyindex` is the readable twin and the test oracle.
@@ -30,7 +29,6 @@ capacities):
 The scoring and merge loops run without the GIL; every public method that reads or changes the
 index holds the index's own lock, so threads may share an index (one operation at a time).
 """
-cimport cython
 cimport numpy as cnp
 from cpython.mem cimport (PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawRealloc,
                           PyMem_Realloc)
@@ -155,8 +153,6 @@ cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline int64_t lower_bound_u32(const uint32_t* a, int64_t lo, int64_t n, uint32_t x) noexcept nogil:
     """First index in [lo, n) with a[i] >= x (n when none)."""
     cdef int64_t hi = n, mid
@@ -244,8 +240,6 @@ cdef inline const uint8_t* _get_varint(const uint8_t* p, uint64_t* v) noexcept n
     return p
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _pack(const uint32_t* v, int64_t n, int bits, uint8_t* out) noexcept nogil:
     """n values of `bits` bits as a little-endian bit stream; returns the bytes written."""
     cdef uint64_t acc = 0
@@ -267,8 +261,6 @@ cdef int64_t _pack(const uint32_t* v, int64_t n, int bits, uint8_t* out) noexcep
     return o
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef const uint8_t* _unpack(const uint8_t* p, int64_t n, int bits, uint32_t* out) noexcept nogil:
     """The inverse of _pack; returns the first byte after the stream."""
     cdef uint64_t acc = 0, mask
@@ -289,8 +281,6 @@ cdef const uint8_t* _unpack(const uint8_t* p, int64_t n, int bits, uint32_t* out
     return p
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline void _unpack_fast(const uint8_t* p, int64_t n, int bits, uint32_t* out) noexcept nogil:
     """_unpack with one unaligned 64-bit load a value: p must have 8 readable bytes past the
     stream."""
@@ -306,8 +296,6 @@ cdef inline int64_t _encode_bound(int64_t n) noexcept nogil:
     return 20 + 9 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 5 * n
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
                           uint8_t* out) noexcept nogil:
     """Encode one posting list (n >= 1) into out (_encode_bound(n) bytes); returns its size."""
@@ -368,8 +356,6 @@ cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t*
     return p
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noexcept nogil:
     """Decode block j of L into docs (and tfs unless NULL); returns its posting count."""
     cdef const uint8_t* p = L.payload
@@ -486,8 +472,6 @@ cdef inline uint32_t _block_last(const PList* L, int64_t j) noexcept nogil:
     return _rd32(L.skip + 8 * j)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept nogil:
     """First block from lo whose last doc is >= d (nb when none); galloping over the skip table."""
     cdef int64_t step = 1, hi = lo, mid, n = L.nb
@@ -527,8 +511,6 @@ cdef inline const uint8_t* _get_varint_in(const uint8_t* p, const uint8_t* end,
     return p
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil:
     """Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
     canonical list with doc ids below doc_hi, else -1."""
@@ -595,8 +577,6 @@ cdef class _Segment:
         self.bm_arrays = []
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, double c0, double cb,
                       uint32_t* bterms, uint32_t* boff, float* bm, int64_t* n_blocks) noexcept nogil:
     """The block maxima of one field's lists of more than one block (see FieldPostings); with
@@ -764,8 +744,6 @@ cdef int _raise_build_error(int rc) except -1:
     raise MemoryError()
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta,
                       const int64_t* dmap, const int64_t* tmap, int64_t* cur, FieldOut* out,
                       RawBuf* tdocs, RawBuf* ttfs) noexcept nogil:
@@ -882,8 +860,6 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
 
 # ---- scoring kernels (nogil) -------------------------------------------------------------------
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
     """Session, importance and tag filters (kind, tier and liveness are in q.okmeta)."""
     cdef int64_t i, j, lo, hi
@@ -905,8 +881,6 @@ cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
     return True
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
     if not q.okmeta[q.meta[d]]:
         return False
@@ -945,9 +919,6 @@ cdef inline uint32_t _tf_add(uint32_t w, int f, uint32_t tf) noexcept nogil:
     return (w & ~(<uint32_t>0xFF << sh)) | (v << sh)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
-@cython.cdivision(True)
 cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
                             double* out) noexcept nogil:
     """Add one group's parts for doc d (packed tfs w) to out[0..2]: docs/SCORING.md, literally."""
@@ -971,8 +942,6 @@ cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
 
 # -- top-k
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline bint _better(const Query* q, double sa, uint32_t a, double sb, uint32_t b) noexcept nogil:
     """The result order of docs/SCORING.md: score, importance, timestamp desc; ulid, doc asc."""
     cdef int c
@@ -988,8 +957,6 @@ cdef inline bint _better(const Query* q, double sa, uint32_t a, double sb, uint3
     return a < b
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef void _sift_down(const Query* q, HeapItem* h, int64_t n, int64_t i) noexcept nogil:
     """Heap with the worst item at the root."""
     cdef int64_t c
@@ -1008,8 +975,6 @@ cdef void _sift_down(const Query* q, HeapItem* h, int64_t n, int64_t i) noexcept
         i = c
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef inline int64_t _heap_offer(const Query* q, HeapItem* h, int64_t n, int64_t k, double s,
                                 uint32_t d, uint32_t i) noexcept nogil:
     cdef int64_t c, p
@@ -1205,7 +1170,6 @@ cdef struct Eng:
     int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
 
 
-@cython.cdivision(True)
 cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
     cdef int64_t i
     cdef double mx = 0.0, v
@@ -1231,7 +1195,6 @@ cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
         s.xm1 = mx
 
 
-@cython.cdivision(True)
 cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
     if big_x == 0.0:
         return 0.0
@@ -1296,8 +1259,6 @@ cdef double _group_bound(Eng* e, int64_t g, uint32_t wlo, uint32_t whi) noexcept
     return _ub(q, e.groups[g].idf, (gx[0] + gx[1]) + gx[2])
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng, int64_t g,
                       double others, double lb, bint extra) noexcept nogil:
     """Add the list's tfs of the window docs that are live and of the kinds and tiers asked (and
@@ -1366,8 +1327,6 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
     return ng
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _chains_taat(Eng* e, int64_t g, uint32_t wlo, uint32_t whi, int64_t ng) noexcept nogil:
     """The same as _ls_taat for the buffer's postings of the group's keys."""
     cdef const Query* q = e.q
@@ -1389,8 +1348,6 @@ cdef int64_t _chains_taat(Eng* e, int64_t g, uint32_t wlo, uint32_t whi, int64_t
     return ng
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
     """The group's packed tfs at doc d (probes move forward only: d never decreases)."""
     cdef int64_t i, blk, lo, hi, mid
@@ -1427,7 +1384,6 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
     return w
 
 
-@cython.cdivision(True)
 cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
     """An upper bound of a group's part sum (_add_parts summed; within a few ulps: the bounds carry a 1e-9 margin) with
     at most two divisions instead of five. The content length is read from the one-byte
@@ -1475,8 +1431,6 @@ cdef inline double _theta(Eng* e) noexcept nogil:
     return t
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept nogil:
     """Every matching doc of the window, scored exactly (groups in ascending key order) and
     offered to the heap."""
@@ -1513,8 +1467,6 @@ cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept no
             _offer(e, a, wlo + x)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef void _sort_by_bound(Eng* e) noexcept nogil:
     """e.order: groups by window bound ascending (index ascending on ties)."""
     cdef int64_t i, j, t
@@ -1527,8 +1479,6 @@ cdef void _sort_by_bound(Eng* e) noexcept nogil:
         e.order[j + 1] = t
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     """A window once a k-th score is known (see "top k, document at a time" above). Liveness,
     kinds and tiers are checked while reading the postings; the session, importance and tag
@@ -1744,8 +1694,6 @@ cdef void _run_second_half(void* arg) noexcept nogil:
     _run(j.e, j.lists, j.window, j.prune, 1, 2)
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
     """Live docs holding any key of the group in any field (for groups of several keys); the
     bitmap q.gbits is all zero before and after."""
@@ -1988,8 +1936,6 @@ cdef class SearchIndex:
 
     # -- term dictionary ------------------------------------------------------------------------
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil:
         cdef const uint32_t* table = <const uint32_t*>self._t_table.data
         cdef const uint64_t* keys = <const uint64_t*>self._t_keys.data
@@ -2143,8 +2089,6 @@ cdef class SearchIndex:
             self._flush()
             self._maybe_merge()
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1:
         """Buffer the postings of one field: count each distinct key in a small hash table (no
         sort: the order of a doc's terms does not matter), chain one posting per term.
@@ -2293,8 +2237,6 @@ cdef class SearchIndex:
                 (<_Segment>self._segs[s]).v.n_dead += 1
                 break
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef int64_t _doc_terms(self, int64_t doc) except -1:
         """The doc's unique term ids, sorted, in _a_tids, read from the buffer or its segment."""
         cdef int64_t lo, hi, e, s, f, i, blk, c
@@ -2352,8 +2294,6 @@ cdef class SearchIndex:
         self._segs = segs
         return 0
 
-    @cython.boundscheck(False)
-    @cython.wraparound(False)
     cdef int _flush(self) except -1:
         """Turn the buffer into a segment (dead docs dropped) and empty it."""
         cdef uint32_t* terms = <uint32_t*>self._b_terms.data
@@ -3001,8 +2941,6 @@ cdef int _check_offsets(object off, int64_t total, str name) except -1:
     return 0
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_t c, uint32_t* out,
                            int64_t cap, int64_t* added) noexcept nogil:
     """Term ids of the CJK bigram keys holding code point c, from pos on, at most cap of them;

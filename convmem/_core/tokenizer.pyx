@@ -15,7 +15,6 @@ already normalized), so token_keys passes to NFKC + casefold only the spans that
 """
 import unicodedata
 
-cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memcpy
@@ -117,8 +116,6 @@ cdef inline uint64_t _fnv_code_point(uint64_t h, uint32_t c) noexcept nogil:
     return _fnv_byte(h, 0x80 | (c & 0x3F))
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef uint64_t word_key(const unsigned char* utf8, Py_ssize_t n) noexcept nogil:
     cdef uint64_t h = FNV_OFFSET
     cdef Py_ssize_t i
@@ -195,8 +192,6 @@ cdef inline uint32_t _simple_map(uint32_t c) noexcept nogil:
     return c - 0xFEE0 if c >= 0xFF01 else c
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
                       Py_ssize_t* spans) noexcept nogil:
     """Write the key of every token of s[0:n] to keys (capacity >= n) and, unless spans is
@@ -309,8 +304,6 @@ cdef inline bint _is_inert(uint32_t c) noexcept nogil:
 cdef Py_ssize_t MERGE_GAP = 16
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, Py_ssize_t** bounds,
                              Py_ssize_t* cap) except -1:
     """Record in (*bounds)[2j], (*bounds)[2j+1] the [start, stop) spans of s that need
