@@ -2,8 +2,9 @@
 
 There is no pure-Python fallback at install time: without a C compiler the build fails.
 CONVMEM_DEBUG=1 builds with -O0 -g, Cython line tracing, annotation, bounds / wraparound /
-initialized checks. CONVMEM_SANITIZE=1 adds AddressSanitizer and UBSan (with or without
-CONVMEM_DEBUG).
+initialized checks and the invariant checks of _common.h (CM_ASSERT: abort with file:line; compiled
+out of release builds). CONVMEM_SANITIZE=1 adds AddressSanitizer and UBSan (with or without
+CONVMEM_DEBUG; running the suite under it: docs/DESIGN.md "Debug and sanitizer builds").
 
 The Cython directives live here only: no module sets its own (no `# cython:` headers, no
 per-function boundscheck/wraparound/cdivision decorators), so the debug build's checks reach every
@@ -26,7 +27,8 @@ except ImportError as exc:  # pragma: no cover - build-time guard
 DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("CONVMEM_SANITIZE", "") not in ("", "0")
 CORE = Path("convmem") / "_core"
-MODULES = ["codec", "tokenizer", "index", "idmap", "syncer"]
+# In dependency order: postings and score cimport functions of the modules before them.
+MODULES = ["codec", "tokenizer", "idmap", "syncer", "postings", "score", "index"]
 
 directives = {
     "language_level": 3,
@@ -43,7 +45,9 @@ if DEBUG:
     macros += [("CYTHON_TRACE_NOGIL", "1"), ("CONVMEM_DEBUG", "1")]
     cflags = ["-O0", "-g", "-Wall"]
 else:
-    cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+    # (CM_ASSERT compiles to nothing here: the locals only debug checks read are unused)
+    cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code",
+              "-Wno-unused-but-set-variable"]
 # Scores must be bit-identical to the pure-Python oracle: never fuse multiply-adds.
 cflags.append("-ffp-contract=off")
 ldflags = []
@@ -63,6 +67,7 @@ extensions = [
         define_macros=macros,
         extra_compile_args=cflags,
         extra_link_args=ldflags,
+        depends=[str(CORE / "_common.h"), str(CORE / "_common.pxd")],
         libraries=["z"] if name == "codec" else [],
     )
     for name in selected
