@@ -20,6 +20,8 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
+from convmem._core._common cimport mix64
+
 cnp.import_array()
 
 cdef extern from "Python.h":
@@ -86,12 +88,7 @@ ctypedef fused ucs_t:
 
 cdef inline uint64_t _mix_finish(uint64_t h) noexcept nogil:
     # splitmix64 finaliser, then keep 62 bits so the top two bits say "word"; 0 is reserved.
-    h ^= h >> 30
-    h *= 0xbf58476d1ce4e5b9ULL
-    h ^= h >> 27
-    h *= 0x94d049bb133111ebULL
-    h ^= h >> 31
-    h &= MASK62
+    h = mix64(h) & MASK62
     return h if h != 0 else 1
 
 
@@ -161,10 +158,6 @@ cdef inline bint _is_cjk(uint32_t c) noexcept nogil:
     return 0x20000 <= c <= 0x3FFFF                  # Ideographic planes 2 and 3
 
 
-cdef bint is_cjk(uint32_t c) noexcept nogil:
-    return _is_cjk(c)
-
-
 cdef inline CharClass _char_class(uint32_t c) noexcept nogil:
     if c < 128:
         return <CharClass>ASCII_CLASS[c]
@@ -175,10 +168,6 @@ cdef inline CharClass _char_class(uint32_t c) noexcept nogil:
     if Py_UNICODE_ISDIGIT(c):
         return CLS_DIGIT
     return CLS_SEP
-
-
-cdef CharClass char_class(uint32_t c) noexcept nogil:
-    return _char_class(c)
 
 
 cdef inline uint32_t _simple_map(uint32_t c) noexcept nogil:
@@ -383,12 +372,6 @@ cpdef str normalize(str text):
     if PyUnicode_IS_ASCII(text):
         return text.lower()
     return _unicodedata_normalize("NFKC", text).casefold()
-
-
-cdef Py_ssize_t keys_into(str norm, uint64_t* out) except -1:
-    if norm is None:
-        raise TypeError("text must be str, not None")
-    return _scan_str(norm, out, NULL)
 
 
 def token_keys(str text not None):
