@@ -26,7 +26,7 @@
  */
 #if defined(CONVMEM_DEBUG) && CONVMEM_DEBUG
 #define CM_DEBUG 1
-static void cm_assert_fail(const char *cond, const char *file, int line) {
+static inline void cm_assert_fail(const char *cond, const char *file, int line) {
     fprintf(stderr, "convmem: invariant violated at %s:%d: %s\n", file, line, cond);
     fflush(stderr);
     abort();
@@ -61,7 +61,7 @@ typedef struct {
     pid_t pid;              /* the process that started the thread */
 } cm_worker;
 
-static void *cm_worker_main(void *p) {
+static inline void *cm_worker_main(void *p) {
     cm_worker *w = (cm_worker *)p;
     sigset_t all;
     sigfillset(&all);
@@ -81,7 +81,7 @@ static void *cm_worker_main(void *p) {
 }
 
 /* A started worker, or NULL with *err set (ENOMEM, or pthread_create's error). */
-static cm_worker *cm_worker_new(int *err) {
+static inline cm_worker *cm_worker_new(int *err) {
     int rc;
     cm_worker *w = (cm_worker *)PyMem_RawCalloc(1, sizeof(cm_worker));
     if (w == NULL) {
@@ -103,10 +103,10 @@ static cm_worker *cm_worker_new(int *err) {
     return w;
 }
 
-static int cm_worker_alive(cm_worker *w) { return w != NULL && w->pid == getpid(); }
+static inline int cm_worker_alive(cm_worker *w) { return w != NULL && w->pid == getpid(); }
 
 /* Post a job; the worker must be idle (CM_ASSERT). */
-static void cm_worker_post(cm_worker *w, cm_job_fn fn, void *arg) {
+static inline void cm_worker_post(cm_worker *w, cm_job_fn fn, void *arg) {
     pthread_mutex_lock(&w->mu);
     CM_ASSERT(w->state == CM_IDLE);
     w->fn = fn;
@@ -117,7 +117,7 @@ static void cm_worker_post(cm_worker *w, cm_job_fn fn, void *arg) {
 }
 
 /* CM_IDLE (nothing posted), CM_POSTED or CM_DONE (not yet waited for). */
-static int cm_worker_state(cm_worker *w) {
+static inline int cm_worker_state(cm_worker *w) {
     int s;
     pthread_mutex_lock(&w->mu);
     s = w->state;
@@ -126,7 +126,7 @@ static int cm_worker_state(cm_worker *w) {
 }
 
 /* Block until the posted job is done; the worker is idle again after. */
-static void cm_worker_wait(cm_worker *w) {
+static inline void cm_worker_wait(cm_worker *w) {
     pthread_mutex_lock(&w->mu);
     CM_ASSERT(w->state == CM_POSTED || w->state == CM_DONE);
     while (w->state != CM_DONE) pthread_cond_wait(&w->cv, &w->mu);
@@ -135,7 +135,7 @@ static void cm_worker_wait(cm_worker *w) {
 }
 
 /* Best effort: run the worker on this CPU (0 on success). */
-static int cm_worker_bind_cpu(cm_worker *w, int cpu) {
+static inline int cm_worker_bind_cpu(cm_worker *w, int cpu) {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
     CPU_SET(cpu, &cpus);
@@ -143,7 +143,7 @@ static int cm_worker_bind_cpu(cm_worker *w, int cpu) {
 }
 
 /* Stop and join the thread (after the job in flight, if any, has returned) and free. */
-static void cm_worker_free(cm_worker *w) {
+static inline void cm_worker_free(cm_worker *w) {
     if (w == NULL) return;
     if (cm_worker_alive(w)) {
         pthread_mutex_lock(&w->mu);
