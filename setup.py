@@ -1,7 +1,15 @@
 """Build the compiled core (convmem/_core/*.pyx).
 
 There is no pure-Python fallback at install time: without a C compiler the build fails.
-CONVMEM_DEBUG=1 builds with -O0 -g, Cython line tracing, annotation and bounds checks.
+CONVMEM_DEBUG=1 builds with -O0 -g, Cython line tracing, annotation, bounds / wraparound /
+initialized checks and the invariant checks of _common.h (CM_ASSERT: abort with file:line; compiled
+out of release builds). CONVMEM_SANITIZE=1 adds AddressSanitizer and UBSan (with or without
+CONVMEM_DEBUG; running the suite under it: docs/DESIGN.md "Debug and sanitizer builds").
+
+The Cython directives live here only: no module sets its own (no `# cython:` headers, no
+per-function boundscheck/wraparound/cdivision decorators), so the debug build's checks reach every
+function. Release builds run without bounds checks and with C division everywhere; every hot loop
+works on raw pointers, where Cython never checks bounds anyway.
 """
 import os
 import sys
@@ -17,8 +25,10 @@ except ImportError as exc:  # pragma: no cover - build-time guard
     sys.exit(f"convmem: building the compiled core needs Cython>=3 and numpy ({exc})")
 
 DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
+SANITIZE = os.environ.get("CONVMEM_SANITIZE", "") not in ("", "0")
 CORE = Path("convmem") / "_core"
-MODULES = ["codec", "tokenizer", "index", "idmap", "syncer"]
+# In dependency order: postings and score cimport functions of the modules before them.
+MODULES = ["codec", "tokenizer", "idmap", "syncer", "postings", "score", "index"]
 
 directives = {
     "language_level": 3,
@@ -35,9 +45,16 @@ if DEBUG:
     macros += [("CYTHON_TRACE_NOGIL", "1"), ("CONVMEM_DEBUG", "1")]
     cflags = ["-O0", "-g", "-Wall"]
 else:
-    cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code"]
+    # (CM_ASSERT compiles to nothing here: the locals only debug checks read are unused)
+    cflags = ["-O3", "-Wall", "-Wno-unused-function", "-Wno-unreachable-code",
+              "-Wno-unused-but-set-variable"]
 # Scores must be bit-identical to the pure-Python oracle: never fuse multiply-adds.
 cflags.append("-ffp-contract=off")
+ldflags = []
+if SANITIZE:
+    san = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"]
+    cflags += san + ["-g"]
+    ldflags += san
 
 only = os.environ.get("CONVMEM_BUILD_ONLY")  # developer aid: build a subset, e.g. "tokenizer"
 selected = [m for m in MODULES if not only or m in only.split(",")]
@@ -49,6 +66,8 @@ extensions = [
         include_dirs=[numpy.get_include(), str(CORE)],
         define_macros=macros,
         extra_compile_args=cflags,
+        extra_link_args=ldflags,
+        depends=[str(CORE / "_common.h"), str(CORE / "_common.pxd")],
         libraries=["z"] if name == "codec" else [],
     )
     for name in selected

@@ -1,6 +1,6 @@
 # C-level contract of convmem._core.codec. Byte layout: docs/FORMAT.md.
 # Another compiled module (e.g. a native log replayer) can `cimport` the bounds-checked `Reader`,
-# the unchecked little-endian loaders, `check_frame` and `crc32_buf`.
+# `check_frame` and `crc32_buf` (the little-endian loaders come from _common.pxd).
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 
@@ -34,32 +34,9 @@ cdef enum FrameError:
     FE_SEQ_NOT_INCREASING = 7
 
 
-# Unchecked little-endian loads: only after the caller has checked the bytes are there.
-# Written with shifts (not memcpy + byte swap) so they are correct on any host; gcc -O3 turns
-# each into one load on x86-64.
-cdef inline uint16_t load_u16(const unsigned char* p) noexcept nogil:
-    return <uint16_t>(p[0] | (<uint16_t>p[1] << 8))
-
-cdef inline uint32_t load_u32(const unsigned char* p) noexcept nogil:
-    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
-            | (<uint32_t>p[3] << 24))
-
-cdef inline uint64_t load_u64(const unsigned char* p) noexcept nogil:
-    return <uint64_t>load_u32(p) | (<uint64_t>load_u32(p + 4) << 32)
-
-cdef inline void store_u16(unsigned char* p, uint16_t v) noexcept nogil:
-    p[0] = <unsigned char>v
-    p[1] = <unsigned char>(v >> 8)
-
-cdef inline void store_u32(unsigned char* p, uint32_t v) noexcept nogil:
-    p[0] = <unsigned char>v
-    p[1] = <unsigned char>(v >> 8)
-    p[2] = <unsigned char>(v >> 16)
-    p[3] = <unsigned char>(v >> 24)
-
-cdef inline void store_u64(unsigned char* p, uint64_t v) noexcept nogil:
-    store_u32(p, <uint32_t>v)
-    store_u32(p + 4, <uint32_t>(v >> 32))
+# The unchecked little-endian loads and stores (only after the caller has checked the bytes are
+# there) are _common.pxd's, cimported here so that codec.pyx and whoever cimports codec get them.
+from convmem._core._common cimport load_u16, load_u32, load_u64, store_u16, store_u32, store_u64
 
 
 # A bounds-checked read cursor over one span of a buffer. Offsets are absolute (from `data`), so
@@ -73,7 +50,6 @@ ctypedef struct Reader:
 # Each raises CorruptRecord(pos, reason) when fewer than the needed bytes are left; the cursor
 # only moves on success.
 cdef int rd_need(Reader* r, Py_ssize_t n, str reason) except -1
-cdef int rd_u8(Reader* r, uint8_t* out, str reason) except -1
 cdef int rd_u16(Reader* r, uint16_t* out, str reason) except -1
 cdef const unsigned char* rd_bytes(Reader* r, Py_ssize_t n, str reason) except NULL
 # n bytes of strict UTF-8 as a str; reasons "<field> overruns payload" / "invalid UTF-8 in <field>"

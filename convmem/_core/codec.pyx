@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Record codec: log file header, record frames, MESSAGE and DELETE payloads.
 
 The byte layout, the order of the checks and every reason string are in docs/FORMAT.md; the
@@ -9,15 +8,15 @@ does pointer arithmetic on it, so a strided view is refused with BufferError). E
 through a bounds check (`Reader`, or `check_frame` in the nogil scan loop) before any byte is
 touched, and no allocation is sized from a length not yet checked against the bytes left.
 """
-cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.number cimport PyNumber_Index
 from cpython.unicode cimport PyUnicode_AsUTF8String, PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy
 
 import numpy as np
+
+from convmem._core._common cimport GArr, garr_free, garr_grow, garr_init
 
 FORMAT_VERSION = CV_FORMAT_VERSION
 LOG_MAGIC = b"CVMEMLOG"
@@ -91,13 +90,6 @@ cdef int rd_need(Reader* r, Py_ssize_t n, str reason) except -1:
     return 0
 
 
-cdef int rd_u8(Reader* r, uint8_t* out, str reason) except -1:
-    rd_need(r, 1, reason)
-    out[0] = r.data[r.pos]
-    r.pos += 1
-    return 0
-
-
 cdef int rd_u16(Reader* r, uint16_t* out, str reason) except -1:
     rd_need(r, 2, reason)
     out[0] = load_u16(r.data + r.pos)
@@ -152,8 +144,6 @@ cdef uint32_t crc32_buf(uint32_t crc, const unsigned char* p, size_t n) noexcept
     return <uint32_t>c
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def crc32(data, value=0):
     """zlib's CRC-32 of `data` (any contiguous buffer), continuing from `value`."""
     cdef const unsigned char[::1] mv = data
@@ -266,31 +256,19 @@ ctypedef struct _Entry:  # one valid record found by _scan
     uint8_t rtype
 
 
-ctypedef struct _Entries:  # growable array of _Entry, owned by scan_log
-    _Entry* items
-    Py_ssize_t count
-    Py_ssize_t capacity
-
-
-cdef int _push(_Entries* e, int64_t offset, uint64_t seq, uint32_t length,
+cdef int _push(GArr* e, int64_t offset, uint64_t seq, uint32_t length,
                uint8_t rtype) noexcept nogil:
-    """Append one entry; returns -1 when memory runs out (the caller raises MemoryError)."""
-    cdef Py_ssize_t cap
-    cdef _Entry* items
-    if e.count == e.capacity:
-        cap = e.capacity * 2 if e.capacity else 1024
-        items = <_Entry*>PyMem_RawRealloc(e.items, cap * sizeof(_Entry))
-        if items == NULL:
-            return -1
-        e.items = items
-        e.capacity = cap
-    e.items[e.count] = _Entry(offset, seq, length, rtype)
-    e.count += 1
+    """Append one entry to e (a GArr of _Entry); returns -1 when memory runs out (the caller
+    raises MemoryError)."""
+    if garr_grow(e, e.len + 1) < 0:
+        return -1
+    (<_Entry*>e.data)[e.len] = _Entry(offset, seq, length, rtype)
+    e.len += 1
     return 0
 
 
 cdef FrameError _scan(const unsigned char* data, Py_ssize_t start, Py_ssize_t end,
-                      bint verify_crc, _Entries* found, Py_ssize_t* stop,
+                      bint verify_crc, GArr* found, Py_ssize_t* stop,
                       bint* no_memory) noexcept nogil:
     """Walk valid records from `start`, recording each; set where the walk stopped.
 
@@ -306,7 +284,7 @@ cdef FrameError _scan(const unsigned char* data, Py_ssize_t start, Py_ssize_t en
         if err != FE_OK:
             break
         seq = load_u64(data + off + 12)
-        if found.count and seq <= prev:
+        if found.len and seq <= prev:
             err = FE_SEQ_NOT_INCREASING
             break
         length = load_u32(data + off + 4)
@@ -328,8 +306,6 @@ cdef Py_ssize_t _resync(const unsigned char* data, Py_ssize_t stop, Py_ssize_t e
     return -1
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
     cdef const unsigned char[::1] mv = buf
     cdef Py_ssize_t n = mv.shape[0]
@@ -338,7 +314,8 @@ def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
     if start < 0 or end < start or end > n:
         raise ValueError("start/end outside the buffer")
     cdef const unsigned char* data = &mv[0] if n else <const unsigned char*>b""
-    cdef _Entries found = _Entries(NULL, 0, 0)
+    cdef GArr found                   # of _Entry; grown x2 (a temporary, freed below)
+    cdef const _Entry* items
     cdef Py_ssize_t i, count, stop, resync = -1
     cdef bint no_memory = False
     cdef FrameError err
@@ -346,6 +323,7 @@ def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
     cdef uint8_t[::1] t
     cdef uint64_t[::1] s
     cdef uint32_t[::1] l
+    garr_init(&found, sizeof(_Entry), 0)
     try:
         with nogil:
             err = _scan(data, start, end, verify_crc, &found, &stop, &no_memory)
@@ -353,7 +331,8 @@ def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
                 resync = _resync(data, stop, end)
         if no_memory:
             raise MemoryError()
-        count = found.count
+        count = found.len
+        items = <const _Entry*>found.data
         offsets = np.empty(count, dtype=np.int64)
         types = np.empty(count, dtype=np.uint8)
         seqs = np.empty(count, dtype=np.uint64)
@@ -364,12 +343,12 @@ def scan_log(buf, Py_ssize_t start, Py_ssize_t end=-1, bint verify_crc=True):
         l = lengths
         with nogil:
             for i in range(count):
-                o[i] = found.items[i].offset
-                t[i] = found.items[i].rtype
-                s[i] = found.items[i].seq
-                l[i] = found.items[i].length
+                o[i] = items[i].offset
+                t[i] = items[i].rtype
+                s[i] = items[i].seq
+                l[i] = items[i].length
     finally:
-        PyMem_RawFree(found.items)
+        garr_free(&found)
     return ScanResult(offsets, types, seqs, lengths, stop, _REASONS[err], resync)
 
 
@@ -411,7 +390,8 @@ cdef bytes _utf8(object value, str name, Py_ssize_t limit):
     if not isinstance(value, str):
         raise TypeError(f"{name} must be str")
     # A temporary bytes, not PyUnicode_AsUTF8: that would cache a UTF-8 copy inside every
-    # non-ASCII str for its lifetime (see NOTES-measured.md).
+    # non-ASCII str for its lifetime (CPython keeps it in the str object until the str dies,
+    # so a kept message body would hold its text twice).
     cdef bytes b = PyUnicode_AsUTF8String(value)
     if PyBytes_GET_SIZE(b) > limit:
         raise ValueError(f"{name} longer than {limit} UTF-8 bytes")

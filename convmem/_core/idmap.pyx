@@ -1,4 +1,3 @@
-# cython: language_level=3
 """IdMap: the message ids in creation order ("slots") and a hash table from id to slot.
 
 The ids are stored once, 16 bytes each in slot order, and the table holds only 4-byte slot

@@ -17,6 +17,12 @@ class SearchIndex:
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
     last_session_docs: bool  # whether it scored only the session_docs it was given
+    # What the pruning skipped in the last search (0 after an exhaustive one; always 0 in the
+    # twin, which scores every doc): windows not decoded at all, blocks of essential lists passed
+    # over on their block maxima, docs cut by the bounds before their exact score.
+    last_windows_skipped: int
+    last_blocks_skipped: int
+    last_docs_skipped: int
     def __init__(
         self,
         k1: float = 1.2,
@@ -41,6 +47,10 @@ class SearchIndex:
         timestamp: int,
         ulid: bytes,
     ) -> None: ...
+    # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
+    # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
+    # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from
+    # its segment's postings; for a doc whose text is lost).
     def remove(
         self,
         doc: int,
@@ -48,11 +58,9 @@ class SearchIndex:
         summary_keys: _Keys | None = None,
         tag_keys: _Keys | None = None,
     ) -> None: ...
-    # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
-    # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
-    # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from
-    # its segment's postings; for a doc whose text is lost).
     def is_live(self, doc: int) -> bool: ...
+    # session_docs: with session >= 0, every doc of that session in ascending order (a hint:
+    # the index may score only them; the result is the same). The twin ignores it.
     def search(
         self,
         query_keys: _Keys,
@@ -65,8 +73,6 @@ class SearchIndex:
         exhaustive: bool = False,
         session_docs: _Keys | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
-    # session_docs: with session >= 0, every doc of that session in ascending order (a hint:
-    # the index may score only them; the result is the same). The twin ignores it.
     def merge_segments(self) -> None: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch

@@ -180,6 +180,11 @@ class SearchIndex:
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
+        # The twin scores every doc: it never skips anything (the compiled index counts what its
+        # pruning skipped in the last search here).
+        self.last_windows_skipped = 0
+        self.last_blocks_skipped = 0
+        self.last_docs_skipped = 0
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:

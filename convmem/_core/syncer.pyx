@@ -1,4 +1,3 @@
-# cython: language_level=3
 """Syncer: a log append's fdatasync runs on a worker thread while the caller does its in-memory
 work for the append.
 

@@ -1,5 +1,6 @@
 # C-level contract of convmem._core.tokenizer (see docs/DESIGN.md section 1).
-# Other compiled modules `cimport` these to key tokens without going through Python objects.
+# Other compiled modules `cimport` these to key tokens without going through Python objects
+# (the index gets its keys from Python arrays today: the key layout is what it relies on).
 from libc.stdint cimport uint32_t, uint64_t
 
 cdef enum:
@@ -23,14 +24,3 @@ cdef inline uint64_t unigram_key(uint32_t c) noexcept nogil:
 
 # The word/number key: splitmix64(fnv1a64(utf8[0:n])) masked to 62 bits, 0 -> 1.
 cdef uint64_t word_key(const unsigned char* utf8, Py_ssize_t n) noexcept nogil
-
-# True if the code point is in one of the CJK ranges of the design.
-cdef bint is_cjk(uint32_t c) noexcept nogil
-
-# Class of one code point of already-normalized text.
-cdef CharClass char_class(uint32_t c) noexcept nogil
-
-# Keys of the tokens of `norm` written to `out`. `norm` must be the result of normalize() or
-# pure ASCII (folded on the fly); `out` must hold len(norm) entries (normalization can lengthen
-# text, so len() of the raw text is not a bound). Returns the count, -1 with an exception set.
-cdef Py_ssize_t keys_into(str norm, uint64_t* out) except -1

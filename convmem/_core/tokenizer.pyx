@@ -15,11 +15,12 @@ already normalized), so token_keys passes to NFKC + casefold only the spans that
 """
 import unicodedata
 
-cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+
+from convmem._core._common cimport mix64
 
 cnp.import_array()
 
@@ -87,12 +88,7 @@ ctypedef fused ucs_t:
 
 cdef inline uint64_t _mix_finish(uint64_t h) noexcept nogil:
     # splitmix64 finaliser, then keep 62 bits so the top two bits say "word"; 0 is reserved.
-    h ^= h >> 30
-    h *= 0xbf58476d1ce4e5b9ULL
-    h ^= h >> 27
-    h *= 0x94d049bb133111ebULL
-    h ^= h >> 31
-    h &= MASK62
+    h = mix64(h) & MASK62
     return h if h != 0 else 1
 
 
@@ -117,8 +113,6 @@ cdef inline uint64_t _fnv_code_point(uint64_t h, uint32_t c) noexcept nogil:
     return _fnv_byte(h, 0x80 | (c & 0x3F))
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef uint64_t word_key(const unsigned char* utf8, Py_ssize_t n) noexcept nogil:
     cdef uint64_t h = FNV_OFFSET
     cdef Py_ssize_t i
@@ -164,10 +158,6 @@ cdef inline bint _is_cjk(uint32_t c) noexcept nogil:
     return 0x20000 <= c <= 0x3FFFF                  # Ideographic planes 2 and 3
 
 
-cdef bint is_cjk(uint32_t c) noexcept nogil:
-    return _is_cjk(c)
-
-
 cdef inline CharClass _char_class(uint32_t c) noexcept nogil:
     if c < 128:
         return <CharClass>ASCII_CLASS[c]
@@ -178,10 +168,6 @@ cdef inline CharClass _char_class(uint32_t c) noexcept nogil:
     if Py_UNICODE_ISDIGIT(c):
         return CLS_DIGIT
     return CLS_SEP
-
-
-cdef CharClass char_class(uint32_t c) noexcept nogil:
-    return _char_class(c)
 
 
 cdef inline uint32_t _simple_map(uint32_t c) noexcept nogil:
@@ -195,8 +181,6 @@ cdef inline uint32_t _simple_map(uint32_t c) noexcept nogil:
     return c - 0xFEE0 if c >= 0xFF01 else c
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
                       Py_ssize_t* spans) noexcept nogil:
     """Write the key of every token of s[0:n] to keys (capacity >= n) and, unless spans is
@@ -309,8 +293,6 @@ cdef inline bint _is_inert(uint32_t c) noexcept nogil:
 cdef Py_ssize_t MERGE_GAP = 16
 
 
-@cython.boundscheck(False)
-@cython.wraparound(False)
 cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, Py_ssize_t** bounds,
                              Py_ssize_t* cap) except -1:
     """Record in (*bounds)[2j], (*bounds)[2j+1] the [start, stop) spans of s that need
@@ -390,12 +372,6 @@ cpdef str normalize(str text):
     if PyUnicode_IS_ASCII(text):
         return text.lower()
     return _unicodedata_normalize("NFKC", text).casefold()
-
-
-cdef Py_ssize_t keys_into(str norm, uint64_t* out) except -1:
-    if norm is None:
-        raise TypeError("text must be str, not None")
-    return _scan_str(norm, out, NULL)
 
 
 def token_keys(str text not None):

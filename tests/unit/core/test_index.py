@@ -119,6 +119,25 @@ def random_index(seed: int, n: int, remove_rate: float = 0.1):
     return c, ixs[0], ixs[1]
 
 
+class Skipped:
+    """Sums what the pruning of the compiled index skipped over several searches, and checks that
+    an exhaustive search skips nothing: the counts a change that turns pruning off sets to 0."""
+
+    def __init__(self) -> None:
+        self.windows = self.blocks = self.docs = 0
+
+    def add(self, ix) -> None:
+        if not isinstance(ix, compiled.SearchIndex):
+            return
+        self.windows += ix.last_windows_skipped
+        self.blocks += ix.last_blocks_skipped
+        self.docs += ix.last_docs_skipped
+
+    @staticmethod
+    def check_none(ix) -> None:
+        assert (ix.last_windows_skipped, ix.last_blocks_skipped, ix.last_docs_skipped) == (0, 0, 0)
+
+
 def assert_same(a, b, exact: bool = True) -> None:
     assert np.array_equal(a[0], b[0]), (a[0], b[0])
     if exact:
@@ -138,13 +157,18 @@ def test_compiled_module_is_the_extension() -> None:
 def test_compiled_matches_twin(seed: int) -> None:
     c, ix, tw = random_index(seed, 2500)  # more than one buffer: segments and a live buffer
     assert (ix.n_docs, ix.n_live) == (tw.n_docs, tw.n_live)
-    pruned = 0
+    ix._set_window((4096, 256, 64)[seed - 1])  # one window per segment, or many (pruned)
+    skipped = Skipped()
     for _ in range(120):
         q, kw, k = c.query(), c.filters(), int(c.rng.integers(1, 40))
         got, want = ix.search(q, k, **kw), tw.search(q, k, **kw)
-        pruned += ix.last_pruned
+        skipped.add(ix)
         assert_same(got, want, exact=False)  # the contract: relative 1e-6, same order ...
         assert_same(got, want)               # ... and in fact the same bits
+    if ix.window < 4096:  # with one window a segment, the first segment is scored in full
+        assert skipped.docs > 10_000
+    if ix.window == 64:
+        assert skipped.windows > 0
     ix.merge_segments()
     for _ in range(40):
         q, kw = c.query(), c.filters()
@@ -184,17 +208,22 @@ def test_score_matches_the_formula_on_a_hand_made_corpus() -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_pruned_equals_exhaustive(seed: int) -> None:
-    c, ix, _ = random_index(100 + seed, 1200 + 300 * seed, remove_rate=0.15)
-    ix._set_window((64, 256, 4096)[seed % 3])  # small windows: many windows, many skipped
+    # more than one buffer of docs (the buffer is always scored in full), a live buffer unless
+    # merged; small windows: many windows, many skipped
+    c, ix, _ = random_index(100 + seed, 2300 + 300 * seed, remove_rate=0.15)
+    ix._set_window((64, 256, 1024)[seed % 3])
     if seed % 2:
         ix.merge_segments()
-    pruned = 0
+    skipped = Skipped()
     for _ in range(150):
         q, kw, k = c.query(), c.filters(), int(c.rng.choice([1, 3, 10, 50]))
         got = ix.search(q, k, **kw)
-        pruned += ix.last_pruned
+        skipped.add(ix)
         assert_same(got, ix.search(q, k, exhaustive=True, **kw))
-    assert pruned > 50
+        Skipped.check_none(ix)
+    assert skipped.docs > 10_000
+    if ix.window == 64:
+        assert skipped.windows > 0
 
 
 @pytest.mark.parametrize("short_first", [False, True])
@@ -216,12 +245,14 @@ def test_block_maxima_stay_bounds_when_avgdl_moves(short_first: bool) -> None:
             d += 1
         if length == lengths[0]:
             ix.merge_segments()  # one segment made with the first avgdl
+    skipped = Skipped()
     for q in ([1, 2], [3], [1, 4, 5], [2, 5]):
         for k in (1, 10, 50):
             got = ix.search(q, k)
-            assert ix.last_pruned
+            skipped.add(ix)
             assert_same(got, ix.search(q, k, exhaustive=True))
             assert_same(got, tw.search(q, k))
+    assert skipped.windows > 0 and skipped.docs > 0
 
 
 def test_one_byte_lengths_round_down_by_at_most_a_sixteenth() -> None:
@@ -316,13 +347,15 @@ def test_pruning_with_many_ties() -> None:
     for d in range(600, 700):  # some in the summary and tags fields too, some in the buffer
         ix.add(d, [common] * (d % 2), [common], [common] * (d % 3), [], 0, 0, 0, 50, d % 5,
                d.to_bytes(16, "big"))
+    skipped = Skipped()
     for q in ([rare, common], [common], [rare]):
         for k in (1, 5, 20, 200):
             got = ix.search(q, k)
-            assert ix.last_pruned
+            skipped.add(ix)
             assert_same(got, ix.search(q, k, exhaustive=True))
             filtered = ix.search(q, k, kind_mask=0b10, min_importance=51)
             assert_same(filtered, ix.search(q, k, kind_mask=0b10, min_importance=51, exhaustive=True))
+    assert skipped.docs > 1000  # ties everywhere: windows stay open, docs are cut
 
 
 def _runs_index(rng, n_docs: int, lengths: tuple[int, ...], run: int, key_hi: int,
@@ -373,18 +406,25 @@ def _similar_idf_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchInde
 
 def _assert_pruned_matches(build, queries: list, filters: list) -> None:
     """Pruned top k == exhaustive == twin, on the built index and on one restored from its
-    arrays, for every query, k and filter set; none cut short."""
+    arrays, for every query, k and filter set; none cut short. Windows of 64 and 256 docs (with
+    the default 4096 each segment is one window, and the first one is scored in full): windows,
+    blocks and docs are skipped on both."""
     ix, tw = build()
     restored = compiled.SearchIndex.from_arrays(build()[0].to_arrays())
+    ix._set_window(64)
+    restored._set_window(256)
     for index in (ix, restored):
+        skipped = Skipped()
         for q in queries:
             for k in (1, 20, 100):
                 for kw in filters:
                     got = index.search(q, k, **kw)
-                    assert index.last_pruned
+                    skipped.add(index)
                     assert len(got[0]) == min(k, len(tw.search(q, 10_000, **kw)[0]))
                     assert_same(got, index.search(q, k, exhaustive=True, **kw))
+                    Skipped.check_none(index)
                     assert_same(got, tw.search(q, k, **kw))
+        assert skipped.windows > 0 and skipped.blocks > 0 and skipped.docs > 0, vars(skipped)
 
 
 @pytest.mark.parametrize("seed", range(3))

@@ -1,0 +1,169 @@
+/* Shared C helpers of convmem's compiled core (declared for Cython in _common.pxd).
+ *
+ * Only what is natural in C lives here: the invariant-check macro and the worker thread. The
+ * Cython-level helpers (little-endian loads, splitmix64, the growable buffer) are cdef inline
+ * functions in _common.pxd. Every module is compiled with the same CONVMEM_DEBUG setting
+ * (setup.py), so a check is either in every module or in none.
+ */
+#ifndef CONVMEM_COMMON_H
+#define CONVMEM_COMMON_H
+
+#include <Python.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+/* ---- invariant checks ------------------------------------------------------------------------
+ * CM_ASSERT(cond): with CONVMEM_DEBUG=1 (setup.py defines the macro) a false condition prints
+ * file:line and the condition to stderr and aborts; in a release build it compiles to nothing
+ * (the condition is not evaluated: it must have no side effects). For the invariants of
+ * nogil C code that no test can see from Python: sorted doc ids in a list, block bounds, heap
+ * order, buffer capacity. CM_DEBUG is 1 in the debug build, for checks that need a loop.
+ */
+#if defined(CONVMEM_DEBUG) && CONVMEM_DEBUG
+#define CM_DEBUG 1
+static inline void cm_assert_fail(const char *cond, const char *file, int line) {
+    fprintf(stderr, "convmem: invariant violated at %s:%d: %s\n", file, line, cond);
+    fflush(stderr);
+    abort();
+}
+#define CM_ASSERT(cond) ((cond) ? (void)0 : cm_assert_fail(#cond, __FILE__, __LINE__))
+#else
+#define CM_DEBUG 0
+#define CM_ASSERT(cond) ((void)0)
+#endif
+
+/* ---- one worker thread -----------------------------------------------------------------------
+ * A persistent thread that runs one posted job at a time and never touches Python objects: the
+ * index's second scoring thread and the log's fdatasync thread. The owner posts a job, may poll
+ * whether it is done and waits for it; only the owner frees the worker, after the job it posted
+ * has been waited for. All signals are blocked in the thread (they are for the interpreter's
+ * main thread). The memory comes from PyMem_RawCalloc (no GIL needed; tracemalloc sees it).
+ *
+ * After fork() the child has no worker thread, and the struct's mutex may have been copied
+ * held: cm_worker_alive() is false there, and cm_worker_free() then only frees the memory.
+ */
+typedef void (*cm_job_fn)(void *);
+
+enum { CM_IDLE = 0, CM_POSTED = 1, CM_DONE = 2, CM_QUIT = 3 };
+
+typedef struct {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state;              /* CM_IDLE, CM_POSTED (job waiting or running), CM_DONE, CM_QUIT */
+    cm_job_fn fn;
+    void *arg;
+    pid_t pid;              /* the process that started the thread */
+} cm_worker;
+
+static inline void *cm_worker_main(void *p) {
+    cm_worker *w = (cm_worker *)p;
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->state != CM_POSTED && w->state != CM_QUIT) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->state == CM_QUIT) break;
+        pthread_mutex_unlock(&w->mu);
+        w->fn(w->arg);
+        pthread_mutex_lock(&w->mu);
+        w->state = CM_DONE;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* A started worker, or NULL with *err set (ENOMEM, or pthread_create's error). */
+static inline cm_worker *cm_worker_new(int *err) {
+    int rc;
+    cm_worker *w = (cm_worker *)PyMem_RawCalloc(1, sizeof(cm_worker));
+    if (w == NULL) {
+        *err = ENOMEM;
+        return NULL;
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->pid = getpid();
+    rc = pthread_create(&w->th, NULL, cm_worker_main, w);
+    if (rc != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        PyMem_RawFree(w);
+        *err = rc;
+        return NULL;
+    }
+    *err = 0;
+    return w;
+}
+
+static inline int cm_worker_alive(cm_worker *w) { return w != NULL && w->pid == getpid(); }
+
+/* Post a job; the worker must be idle (CM_ASSERT). */
+static inline void cm_worker_post(cm_worker *w, cm_job_fn fn, void *arg) {
+    pthread_mutex_lock(&w->mu);
+    CM_ASSERT(w->state == CM_IDLE);
+    w->fn = fn;
+    w->arg = arg;
+    w->state = CM_POSTED;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* CM_IDLE (nothing posted), CM_POSTED or CM_DONE (not yet waited for). */
+static inline int cm_worker_state(cm_worker *w) {
+    int s;
+    pthread_mutex_lock(&w->mu);
+    s = w->state;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+/* Block until the posted job is done; the worker is idle again after. */
+static inline void cm_worker_wait(cm_worker *w) {
+    pthread_mutex_lock(&w->mu);
+    CM_ASSERT(w->state == CM_POSTED || w->state == CM_DONE);
+    while (w->state != CM_DONE) pthread_cond_wait(&w->cv, &w->mu);
+    w->state = CM_IDLE;
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Best effort: run the worker on this CPU (0 on success). */
+static inline int cm_worker_bind_cpu(cm_worker *w, int cpu) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    CPU_SET(cpu, &cpus);
+    return pthread_setaffinity_np(w->th, sizeof(cpus), &cpus);
+}
+
+/* Stop and join the thread (after the job in flight, if any, has returned) and free. */
+static inline void cm_worker_free(cm_worker *w) {
+    if (w == NULL) return;
+    if (cm_worker_alive(w)) {
+        pthread_mutex_lock(&w->mu);
+        while (w->state == CM_POSTED) pthread_cond_wait(&w->cv, &w->mu);
+        w->state = CM_QUIT;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+    }
+    PyMem_RawFree(w);
+}
+
+/* Relaxed atomic loads and stores of a double shared between the two scoring threads. */
+static inline double cm_load_relaxed(double *p) {
+    double v;
+    __atomic_load(p, &v, __ATOMIC_RELAXED);
+    return v;
+}
+static inline void cm_store_relaxed(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
+
+#endif /* CONVMEM_COMMON_H */

@@ -1,0 +1,173 @@
+# Shared helpers of the compiled core, header-only: cdef inline functions (copied into every
+# module that cimports them, so they inline as if written there) and the C of _common.h.
+# cimported by codec, tokenizer, idmap, syncer, postings, score and index; no .pyx, no Python API.
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+
+cdef extern from "_common.h" nogil:
+    # Invariant checks: abort with file:line under CONVMEM_DEBUG=1, nothing (not even the
+    # condition) in a release build. CM_DEBUG is 1 in the debug build, for checks that loop.
+    void CM_ASSERT(bint cond)
+    enum: CM_DEBUG
+
+    # The one worker thread (see _common.h): post a job, poll, wait; only the owner frees it.
+    ctypedef void (*cm_job_fn)(void*) noexcept nogil
+    ctypedef struct cm_worker:
+        pass
+    enum:
+        CM_IDLE
+        CM_POSTED
+        CM_DONE
+    cm_worker* cm_worker_new(int* err)
+    bint cm_worker_alive(cm_worker* w)
+    void cm_worker_post(cm_worker* w, cm_job_fn fn, void* arg)
+    int cm_worker_state(cm_worker* w)
+    void cm_worker_wait(cm_worker* w)
+    int cm_worker_bind_cpu(cm_worker* w, int cpu)
+    void cm_worker_free(cm_worker* w)
+    double cm_load_relaxed(double* p)
+    void cm_store_relaxed(double* p, double v)
+
+
+cdef extern from *:
+    int __builtin_clz(unsigned int) nogil
+    int __builtin_ctzll(unsigned long long) nogil
+    void __builtin_prefetch(const void*) nogil
+
+
+# ---- little-endian loads and stores --------------------------------------------------------------
+# Unchecked: only after the caller has checked the bytes are there. Written with shifts (not
+# memcpy + byte swap) so they are correct on any host; gcc -O3 turns each into one load/store on
+# x86-64.
+
+cdef inline uint16_t load_u16(const unsigned char* p) noexcept nogil:
+    return <uint16_t>(p[0] | (<uint16_t>p[1] << 8))
+
+cdef inline uint32_t load_u32(const unsigned char* p) noexcept nogil:
+    return (<uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16)
+            | (<uint32_t>p[3] << 24))
+
+cdef inline uint64_t load_u64(const unsigned char* p) noexcept nogil:
+    return <uint64_t>load_u32(p) | (<uint64_t>load_u32(p + 4) << 32)
+
+cdef inline uint64_t load_u64_be(const unsigned char* p) noexcept nogil:
+    cdef uint64_t v = 0
+    cdef int i
+    for i in range(8):
+        v = (v << 8) | p[i]
+    return v
+
+cdef inline void store_u16(unsigned char* p, uint16_t v) noexcept nogil:
+    p[0] = <unsigned char>v
+    p[1] = <unsigned char>(v >> 8)
+
+cdef inline void store_u32(unsigned char* p, uint32_t v) noexcept nogil:
+    p[0] = <unsigned char>v
+    p[1] = <unsigned char>(v >> 8)
+    p[2] = <unsigned char>(v >> 16)
+    p[3] = <unsigned char>(v >> 24)
+
+cdef inline void store_u64(unsigned char* p, uint64_t v) noexcept nogil:
+    store_u32(p, <uint32_t>v)
+    store_u32(p + 4, <uint32_t>(v >> 32))
+
+
+# ---- hashing -------------------------------------------------------------------------------------
+
+cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
+    """The splitmix64 finaliser (Stafford's mix 13): the term table, the tokenizer's word keys
+    and the id map all spread their keys with it (pyindex._mix64, pytokenizer are the twins)."""
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL
+    return z ^ (z >> 31)
+
+
+# ---- the growable buffer -------------------------------------------------------------------------
+# One design for every growable C array of the core: `len` elements of `itemsize` bytes in use,
+# `cap` allocated, memory from PyMem_Raw* (no GIL needed, so nogil code may grow it; tracemalloc
+# sees it), and garr_bytes() is what it holds (capacity, as cymem's Pool.size counts it).
+# `grow` sets the geometric growth, cap + cap >> grow: 3 (1/8) for long-lived columns, where
+# capacity is memory and large blocks are remapped by realloc rather than copied; 1 (1/2) or 0
+# (x2) for temporaries freed soon after. A buffer may also borrow memory someone else holds
+# (`owned` false, e.g. a numpy view of an mmap'd snapshot): the first reserve copies it.
+
+cdef struct GArr:
+    char* data
+    int64_t len        # elements in use
+    int64_t cap        # elements allocated (or borrowed)
+    int64_t itemsize
+    int grow           # growth cap >> grow (see above)
+    bint owned
+
+
+cdef inline void garr_init(GArr* a, int64_t itemsize, int grow=3) noexcept nogil:
+    a.data = NULL
+    a.len = 0
+    a.cap = 0
+    a.itemsize = itemsize
+    a.grow = grow
+    a.owned = True
+
+
+cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
+    """Make room for n elements in owned memory (borrowed memory is copied first); -1 when
+    memory runs out (nothing changed then)."""
+    cdef int64_t cap
+    cdef char* p
+    if n <= a.cap and a.owned:
+        return 0
+    if n <= a.len:
+        cap = a.len                                   # copy-on-write without growth
+    else:
+        cap = max(n, a.cap + (a.cap >> a.grow), 16)
+    if a.owned:
+        p = <char*>PyMem_RawRealloc(a.data, <size_t>(cap * a.itemsize))
+    else:
+        p = <char*>PyMem_RawMalloc(<size_t>(cap * a.itemsize))
+        if p != NULL and a.len > 0:
+            memcpy(p, a.data, <size_t>(a.len * a.itemsize))
+    if p == NULL:
+        return -1
+    a.data = p
+    a.cap = cap
+    a.owned = True
+    CM_ASSERT(a.len <= a.cap and n <= a.cap)
+    return 0
+
+
+cdef inline int garr_reserve(GArr* a, int64_t n) except -1:
+    """garr_grow that raises MemoryError."""
+    if garr_grow(a, n) < 0:
+        raise MemoryError()
+    return 0
+
+
+cdef inline int garr_own(GArr* a) except -1:
+    if not a.owned:
+        garr_reserve(a, a.len)
+    return 0
+
+
+cdef inline void garr_free(GArr* a) noexcept nogil:
+    if a.owned and a.data != NULL:
+        PyMem_RawFree(a.data)
+    a.data = NULL
+    a.len = 0
+    a.cap = 0
+    a.owned = True
+
+
+cdef inline int64_t garr_bytes(const GArr* a) noexcept nogil:
+    return a.cap * a.itemsize
+
+
+cdef inline int garr_extend(GArr* a, int64_t n, bint zero) except -1:
+    """Grow the length to n (capacity geometrically), zeroing the new elements if asked."""
+    if a.len < n:
+        garr_reserve(a, n)
+        if zero:
+            memset(a.data + a.len * a.itemsize, 0, <size_t>((n - a.len) * a.itemsize))
+        a.len = n
+    return 0

@@ -1,0 +1,416 @@
+# C-level contract of convmem._core.postings: the compressed posting lists (format below),
+# their validation, segments (block maxima included) and merges. No Python API.
+#
+# The per-posting primitives are `cdef inline` here, so score.pyx and index.pyx inline them as
+# if they were written there (as pgproto's frb.pxd does); the functions of postings.pyx are
+# called once per list check, once per segment build and once per merge.
+#
+# One posting list (one term, one field, one segment; doc ids ascending, tf 1..255):
+#
+#   varint n                      postings in the list (>= 1); LEB128, 7 bits a byte, low first
+#   varint first                  the first doc id (absolute: a list reads the same in any segment)
+#   skip[nb]                      only when nb = ceil(n / 128) > 1: per block, u32 last doc id and
+#                                 u32 offset of the block from the start of the payload (LE)
+#   payload: per block of 128 postings (the last one may be shorter):
+#     u8 hdr                      bits 0-5: doc bits B (0..32); bits 6-7: tf code (0, 1, 2, 3 =
+#                                 0, 1, 2, 8 tf bits T)
+#     docs                        cnt values of B bits, little-endian bit stream, byte-padded:
+#                                 doc[i] - prev - 1, prev = the previous doc (first - 1 before the
+#                                 list, the skip entry's last doc before a later block)
+#     tfs                         cnt values of T bits (tf - 1), byte-padded; none when all are 1
+#
+# Two varint readers: varint_trusted for lists this process encoded or has validated (every
+# list of a segment: _lists_ok runs on snapshot data before a segment is made from it), and
+# varint_checked for untrusted bytes (stays before `end`, at most 5 bytes).
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport qsort
+from libc.string cimport memcpy, memset
+
+from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, __builtin_clz, load_u32
+
+
+cdef enum:
+    IX_BLOCK = 128          # postings per compressed block
+    IX_TF_CAP = 255         # tf saturates here (one byte)
+    IX_ULID = 16
+    IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, bits 3-4 tier
+
+
+# The postings of one field in one segment: terms[i] has the compressed list
+# data[offsets[i]:offsets[i+1]]. Memory is held by numpy arrays.
+cdef struct FieldPostings:
+    const uint32_t* terms
+    const uint32_t* offsets
+    const uint8_t* data
+    int64_t n_terms
+    int64_t n_bytes
+    # Block maxima, computed when the segment is made (not stored): for the lists of more than
+    # one block, bm_terms (ascending) holds their term index, bm_off the start of their blocks in
+    # bm; per block, bm = the max over its postings of tf / ((1 - b) + bm_cb * len), rounded
+    # up to float32, with bm_cb = b / avgdl of the index when the segment was made. With the
+    # statistics of a later query, x = w * tf / ((1 - b) + cb * len) <= w * bm * max(1, bm_cb / cb).
+    const uint32_t* bm_terms
+    const uint32_t* bm_off
+    const float* bm
+    double bm_cb
+    int64_t n_bm
+
+
+# A segment covers docs [doc_lo, doc_hi), the three fields together.
+cdef struct SegView:
+    uint32_t doc_lo
+    uint32_t doc_hi
+    int64_t n_dead
+    FieldPostings f[3]
+
+
+# One compressed posting list (one term, one segment, one field), opened for reading:
+# blocks of IX_BLOCK postings; `skip` (NULL when there is one block) holds per block the last
+# doc id and the payload offset of the block.
+cdef struct PList:
+    const uint8_t* skip
+    const uint8_t* payload
+    const uint8_t* end      # end of the field's data: the fast decoder reads 8 bytes at a time
+    const float* bm         # per block bound of tf / norm (FieldPostings), NULL: not known
+    double bmf              # the factor that makes bm a bound of x_f now: w * max(1, bm_cb / cb)
+    int64_t n
+    int64_t nb
+    uint32_t first
+    int32_t seg
+    int32_t field
+
+
+# Block j of a list, its header decoded (_block_header: the one place that reads it).
+cdef struct BlockHdr:
+    const uint8_t* dp       # the block's doc stream
+    const uint8_t* tp       # its tf stream
+    int64_t cnt             # postings in the block
+    uint32_t prev           # the doc before the block (first - 1 for block 0)
+    int db                  # doc bits
+    int tb                  # tf bits
+    bint fast               # 8 bytes readable past both streams (the 64-bit-load decoder)
+
+
+# A position inside one block of a list, for probing docs in ascending order without decoding
+# the whole block: values are read one at a time up to the doc looked for.
+cdef struct Cursor:
+    const uint8_t* dp       # the block's doc stream
+    const uint8_t* tp       # its tf stream
+    int64_t blk             # the block (-1: none yet)
+    int64_t i               # values read
+    int64_t cnt
+    uint32_t prev           # the last doc read
+    int db
+    int tb
+    bint fast               # 8 bytes readable past both streams
+
+
+# One field of a segment being written: terms (u32), offsets (u32, starts with 0), list bytes;
+# byte buffers (itemsize 1) grown without the GIL.
+cdef struct FieldOut:
+    GArr terms
+    GArr offsets
+    GArr data
+
+
+cdef class _Segment:
+    cdef SegView v
+    cdef list arrays        # numpy arrays that hold the memory, 3 per field
+    cdef list bm_arrays     # numpy arrays of the block maxima, 3 per field
+
+
+# ---- small helpers ---------------------------------------------------------------------------
+
+cdef inline int _cmp_u32(const void* a, const void* b) noexcept nogil:
+    cdef uint32_t x = (<const uint32_t*>a)[0]
+    cdef uint32_t y = (<const uint32_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef inline int64_t lower_bound_u32(const uint32_t* a, int64_t lo, int64_t n,
+                                    uint32_t x) noexcept nogil:
+    """First index in [lo, n) with a[i] >= x (n when none)."""
+    cdef int64_t hi = n, mid
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+cdef inline int64_t _sort_unique_u32(uint32_t* a, int64_t n) noexcept nogil:
+    """Sort ascending and drop repeats in place; returns the new length."""
+    cdef int64_t i, m = 0
+    if n > 1:
+        qsort(a, <size_t>n, 4, _cmp_u32)
+    for i in range(n):
+        if i == 0 or a[i] != a[m - 1]:
+            a[m] = a[i]
+            m += 1
+    return m
+
+
+cdef inline int _nbits(uint32_t v) noexcept nogil:
+    return 0 if v == 0 else 32 - __builtin_clz(v)
+
+
+# ---- varints ---------------------------------------------------------------------------------
+
+cdef inline int64_t _put_varint(uint8_t* out, int64_t o, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        out[o] = <uint8_t>((v & 0x7F) | 0x80)
+        o += 1
+        v >>= 7
+    out[o] = <uint8_t>v
+    return o + 1
+
+
+cdef inline const uint8_t* varint_trusted(const uint8_t* p, uint64_t* v) noexcept nogil:
+    """A varint of a list this process encoded or validated: no bound, no length limit."""
+    cdef uint64_t x = 0
+    cdef int shift = 0
+    cdef uint8_t byte
+    while True:
+        byte = p[0]
+        x |= <uint64_t>(byte & 0x7F) << shift
+        shift += 7
+        p += 1
+        if byte < 0x80:
+            break
+    v[0] = x
+    return p
+
+
+cdef inline const uint8_t* varint_checked(const uint8_t* p, const uint8_t* end,
+                                          uint64_t* v) noexcept nogil:
+    """A varint of untrusted bytes: stays before end and reads at most 5 bytes (NULL when it
+    cannot)."""
+    cdef uint64_t x = 0
+    cdef int shift = 0
+    cdef uint8_t byte
+    while True:
+        if p >= end or shift > 28:
+            return NULL
+        byte = p[0]
+        x |= <uint64_t>(byte & 0x7F) << shift
+        shift += 7
+        p += 1
+        if byte < 0x80:
+            break
+    v[0] = x
+    return p
+
+
+# ---- bit streams -----------------------------------------------------------------------------
+
+cdef inline const uint8_t* _unpack(const uint8_t* p, int64_t n, int bits,
+                                   uint32_t* out) noexcept nogil:
+    """n values of `bits` bits from a little-endian bit stream; returns the first byte after."""
+    cdef uint64_t acc = 0, mask
+    cdef int fill = 0
+    cdef int64_t i
+    if bits == 0:
+        memset(out, 0, <size_t>(4 * n))
+        return p
+    mask = (<uint64_t>1 << bits) - 1
+    for i in range(n):
+        while fill < bits:
+            acc |= <uint64_t>p[0] << fill
+            p += 1
+            fill += 8
+        out[i] = <uint32_t>(acc & mask)
+        acc >>= bits
+        fill -= bits
+    return p
+
+
+cdef inline void _unpack_fast(const uint8_t* p, int64_t n, int bits, uint32_t* out) noexcept nogil:
+    """_unpack with one unaligned 64-bit load a value: p must have 8 readable bytes past the
+    stream."""
+    cdef uint64_t w, mask = (<uint64_t>1 << bits) - 1
+    cdef int64_t i, bp = 0
+    for i in range(n):
+        memcpy(&w, p + (bp >> 3), 8)
+        out[i] = <uint32_t>((w >> (bp & 7)) & mask)
+        bp += bits
+
+
+cdef inline uint32_t _bits_at(const uint8_t* p, int64_t i, int bits, bint fast) noexcept nogil:
+    """Value i of a bit stream of `bits`-bit values."""
+    cdef int64_t bp = i * bits
+    cdef uint64_t w = 0
+    cdef int k, nbytes
+    if fast:
+        memcpy(&w, p + (bp >> 3), 8)
+    else:
+        nbytes = ((bp & 7) + bits + 7) >> 3
+        for k in range(nbytes):
+            w |= <uint64_t>p[(bp >> 3) + k] << (8 * k)
+    return <uint32_t>((w >> (bp & 7)) & ((<uint64_t>1 << bits) - 1))
+
+
+# ---- reading a list --------------------------------------------------------------------------
+
+cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t* end) noexcept nogil:
+    """Read a list's header; `end` is the end of the field's data (for the fast decoder)."""
+    cdef uint64_t n, first
+    p = varint_trusted(p, &n)
+    p = varint_trusted(p, &first)
+    L.n = <int64_t>n
+    L.first = <uint32_t>first
+    L.nb = (L.n + IX_BLOCK - 1) // IX_BLOCK
+    if L.nb > 1:
+        L.skip = p
+        p += 8 * L.nb
+    else:
+        L.skip = NULL
+    L.payload = p
+    L.end = end
+    L.bm = NULL
+    CM_ASSERT(L.n >= 1 and p <= end)
+    return p
+
+
+cdef inline uint32_t _block_last(const PList* L, int64_t j) noexcept nogil:
+    """The last doc of block j (only for lists with a skip table)."""
+    return load_u32(L.skip + 8 * j)
+
+
+cdef inline void _block_header(const PList* L, int64_t j, BlockHdr* h) noexcept nogil:
+    """Where block j starts, the doc before it, its size and its header byte."""
+    cdef const uint8_t* p = L.payload
+    cdef int code
+    CM_ASSERT(0 <= j and j < L.nb)
+    h.prev = L.first - 1                              # wraps at doc 0: the deltas still do
+    h.cnt = IX_BLOCK
+    if L.nb > 1:
+        p = L.payload + load_u32(L.skip + 8 * j + 4)
+        if j > 0:
+            h.prev = load_u32(L.skip + 8 * (j - 1))
+    if j == L.nb - 1:
+        h.cnt = L.n - IX_BLOCK * j
+    CM_ASSERT(p < L.end and 0 < h.cnt and h.cnt <= IX_BLOCK)
+    h.db = p[0] & 63
+    code = p[0] >> 6
+    h.tb = 8 if code == 3 else code
+    h.dp = p + 1
+    h.tp = h.dp + (h.cnt * h.db + 7) // 8
+    h.fast = L.end - h.tp >= (h.cnt * h.tb + 7) // 8 + 8
+    CM_ASSERT(h.db <= 32 and h.tp + (h.cnt * h.tb + 7) // 8 <= L.end)
+
+
+cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noexcept nogil:
+    """Decode block j of L into docs (and tfs unless NULL); returns its posting count."""
+    cdef BlockHdr h
+    cdef uint32_t tv[IX_BLOCK]
+    cdef uint32_t prev
+    cdef int64_t i, cnt
+    _block_header(L, j, &h)
+    cnt = h.cnt
+    prev = h.prev
+    if h.db == 0:
+        for i in range(cnt):
+            prev += 1
+            docs[i] = prev
+    else:
+        if h.fast:
+            _unpack_fast(h.dp, cnt, h.db, docs)
+        else:
+            _unpack(h.dp, cnt, h.db, docs)
+        for i in range(cnt):
+            prev += docs[i] + 1
+            docs[i] = prev
+    if CM_DEBUG:                                      # doc ids strictly ascending, block bounds
+        for i in range(1, cnt):
+            CM_ASSERT(docs[i] > docs[i - 1])
+        CM_ASSERT(L.nb == 1 or docs[cnt - 1] == _block_last(L, j))
+    if tfs != NULL:
+        if h.tb == 0:
+            memset(tfs, 1, <size_t>cnt)
+        else:
+            if h.fast:
+                _unpack_fast(h.tp, cnt, h.tb, tv)
+            else:
+                _unpack(h.tp, cnt, h.tb, tv)
+            for i in range(cnt):
+                tfs[i] = <uint8_t>(tv[i] + 1)
+    return cnt
+
+
+cdef inline void _cur_open(const PList* L, Cursor* c, int64_t j) noexcept nogil:
+    cdef BlockHdr h
+    _block_header(L, j, &h)
+    c.dp = h.dp
+    c.tp = h.tp
+    c.cnt = h.cnt
+    c.prev = h.prev
+    c.db = h.db
+    c.tb = h.tb
+    c.fast = h.fast
+    c.blk = j
+    c.i = 0
+
+
+cdef inline uint32_t _seek(Cursor* c, uint32_t d) noexcept nogil:
+    """Read on to doc d in the cursor's block: its tf, or 0 when the block does not hold it
+    (then the cursor stays before the first doc above d)."""
+    cdef uint32_t v
+    while c.i < c.cnt:
+        v = c.prev + 1 + (_bits_at(c.dp, c.i, c.db, c.fast) if c.db else 0)
+        if v > d:
+            return 0
+        c.prev = v
+        c.i += 1
+        if v == d:
+            return _bits_at(c.tp, c.i - 1, c.tb, c.fast) + 1 if c.tb else 1
+    return 0
+
+
+cdef inline int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept nogil:
+    """First block from lo whose last doc is >= d (nb when none); galloping over the skip table."""
+    cdef int64_t step = 1, hi = lo, mid, n = L.nb
+    if L.skip == NULL:
+        return 0 if lo == 0 else n
+    while hi < n and _block_last(L, hi) < d:
+        lo = hi + 1
+        hi = lo + step
+        step <<= 1
+    if hi > n:
+        hi = n
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if _block_last(L, mid) < d:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+# ---- postings.pyx: once per list check, segment build or merge -------------------------------
+
+# Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
+# canonical list with doc ids below doc_hi, else -1.
+cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil
+# 1 when every list of one field (offsets, data: numpy arrays) passes _list_check, else 0.
+cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1
+
+# A segment of 9 arrays (terms, offsets, data for each field); lens (3 a doc, every doc of the
+# segment) and the index's length normalisation c0 + cb * len give the block maxima.
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens,
+                       const double* c0, const double* cb)
+cdef list _empty_field_arrays()
+cdef bint _nonempty(_Segment s) noexcept
+# The buffer's postings as a segment of docs [lo, hi) (dead docs dropped), or None when no live
+# posting is left: terms (sorted) are the buffered term ids, each with a chain head[t] of
+# postings newest first (b_doc, b_tf, b_field, next link b_next, -1 ends a chain).
+cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* head,
+                            const uint32_t* b_doc, const uint8_t* b_tf, const uint8_t* b_field,
+                            const int32_t* b_next, const uint8_t* meta, uint32_t lo, uint32_t hi,
+                            const uint32_t* lens, const double* c0, const double* cb)
+# One segment with the live postings of `segs` (ascending doc ranges); dmap/tmap (may be NULL)
+# renumber docs/terms and must be increasing on what is kept.
+cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
+                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
+                     const double* cb)

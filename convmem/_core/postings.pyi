@@ -1,0 +1,2 @@
+"""convmem._core.postings has no Python API: posting lists, their checks, segments and merges of
+the compiled index, used through cimport by index.pyx (contract: postings.pxd)."""

@@ -1,0 +1,511 @@
+"""Posting lists, their validation, segments and merges of the compiled index.
+
+The list format and the inline primitives that read lists are in postings.pxd (so the scoring
+kernels in score.pyx inline them); this module encodes lists, checks untrusted ones, makes
+segments (with their block maxima) from the index's buffer or from snapshot arrays, and merges
+segments. It has no Python API; index.pyx is its only user. Memory: numpy arrays for what a
+segment holds, _common's GArr (PyMem_Raw*, grown without the GIL) while one is being written.
+"""
+cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.math cimport INFINITY, nextafterf
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_grow, garr_init,
+                                    load_u32, store_u32)
+
+cnp.import_array()
+
+cdef uint32_t NO_DOC = 0xFFFFFFFF
+
+
+# ---- encoding ----------------------------------------------------------------------------------
+
+cdef int64_t _pack(const uint32_t* v, int64_t n, int bits, uint8_t* out) noexcept nogil:
+    """n values of `bits` bits as a little-endian bit stream; returns the bytes written."""
+    cdef uint64_t acc = 0
+    cdef int fill = 0
+    cdef int64_t o = 0, i
+    if bits == 0:
+        return 0
+    for i in range(n):
+        acc |= <uint64_t>v[i] << fill
+        fill += bits
+        while fill >= 8:
+            out[o] = <uint8_t>acc
+            o += 1
+            acc >>= 8
+            fill -= 8
+    if fill > 0:
+        out[o] = <uint8_t>acc
+        o += 1
+    return o
+
+
+
+
+cdef inline int64_t _encode_bound(int64_t n) noexcept nogil:
+    return 20 + 9 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 5 * n
+
+
+
+
+cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
+                          uint8_t* out) noexcept nogil:
+    """Encode one posting list (n >= 1) into out (_encode_bound(n) bytes); returns its size."""
+    cdef uint32_t vals[IX_BLOCK]
+    cdef int64_t o, skip, pay, nb, j, lo, cnt, i
+    cdef uint32_t prev, maxv, maxt
+    cdef int db, code
+    o = _put_varint(out, 0, <uint64_t>n)
+    o = _put_varint(out, o, docs[0])
+    nb = (n + IX_BLOCK - 1) // IX_BLOCK
+    skip = o
+    if nb > 1:
+        o += 8 * nb
+    pay = o
+    prev = docs[0] - 1                                # wraps at doc 0: the deltas still do
+    for j in range(nb):
+        lo = j * IX_BLOCK
+        cnt = min(<int64_t>IX_BLOCK, n - lo)
+        if nb > 1:
+            store_u32(out + skip + 8 * j, docs[lo + cnt - 1])
+            store_u32(out + skip + 8 * j + 4, <uint32_t>(o - pay))
+        maxv = 0
+        maxt = 0
+        for i in range(cnt):
+            vals[i] = docs[lo + i] - prev - 1
+            prev = docs[lo + i]
+            maxv |= vals[i]
+            maxt |= <uint32_t>(tfs[lo + i] - 1)
+        db = _nbits(maxv)
+        code = 0 if maxt == 0 else (1 if maxt <= 1 else (2 if maxt <= 3 else 3))
+        out[o] = <uint8_t>(db | (code << 6))
+        o += 1
+        o += _pack(vals, cnt, db, out + o)
+        if code:
+            for i in range(cnt):
+                vals[i] = <uint32_t>(tfs[lo + i] - 1)
+            o += _pack(vals, cnt, 8 if code == 3 else code, out + o)
+    return o
+
+
+
+
+# ---- checking untrusted lists ----------------------------------------------------------------
+
+cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil:
+    """Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
+    canonical list with doc ids below doc_hi, else -1. The varints and the skip table's size are
+    checked before the list is opened, and each block's skip entry before its header is read
+    (by _block_header, like any list's)."""
+    cdef PList L
+    cdef BlockHdr h
+    cdef uint64_t n, first
+    cdef uint32_t docs[IX_BLOCK]
+    cdef const uint8_t* q
+    cdef int64_t j, nb
+    cdef uint64_t prev, d
+    cdef int i
+    q = varint_checked(p, end, &n)
+    if q == NULL or n == 0 or n > <uint64_t>0xFFFFFFFF:
+        return -1
+    q = varint_checked(q, end, &first)
+    if q == NULL or first >= doc_hi:
+        return -1
+    nb = (<int64_t>n + IX_BLOCK - 1) // IX_BLOCK
+    if nb > 1 and end - q < 8 * nb:
+        return -1
+    _open_list(&L, p, end)
+    q = L.payload
+    prev = <uint64_t>first
+    for j in range(nb):
+        if nb > 1 and load_u32(L.skip + 8 * j + 4) != <uint32_t>(q - L.payload):
+            return -1
+        if q >= end:
+            return -1
+        _block_header(&L, j, &h)                       # the block starts at q: checked above
+        if h.db > 32 or end - h.dp < (h.cnt * h.db + 7) // 8 + (h.cnt * h.tb + 7) // 8:
+            return -1
+        _unpack(h.dp, h.cnt, h.db, docs)
+        for i in range(h.cnt):
+            d = docs[i] + (prev + 1 if i > 0 or j > 0 else first)
+            if (j == 0 and i == 0 and docs[i] != 0) or d >= doc_hi:
+                return -1
+            prev = d
+        if nb > 1 and load_u32(L.skip + 8 * j) != <uint32_t>prev:
+            return -1
+        if h.tb == 8:                                 # tf - 1 must stay below 255
+            _unpack(h.tp, h.cnt, 8, docs)
+            for i in range(h.cnt):
+                if docs[i] >= IX_TF_CAP:
+                    return -1
+        q = h.tp + (h.cnt * h.tb + 7) // 8
+    if q != end:
+        return -1
+    return <int64_t>n
+
+
+cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1:
+    """1 when every list of one field decodes within its bounds, with doc ids below doc_hi,
+    else 0 (-1: an exception, e.g. a non-contiguous array)."""
+    cdef const uint32_t[::1] off = offsets
+    cdef const uint8_t[::1] dat = data
+    cdef int64_t i, nt = off.shape[0] - 1
+    cdef const uint8_t* base
+    cdef bint ok = True
+    if dat.shape[0] == 0:
+        return nt == 0
+    base = &dat[0]
+    with nogil:
+        for i in range(nt):
+            if _list_check(base + off[i], base + off[i + 1], doc_hi) < 0:
+                ok = False
+                break
+    return ok
+
+
+# ---- segments ----------------------------------------------------------------------------------
+
+cdef class _Segment:
+    """One immutable postings segment; `arrays` holds its memory (numpy, maybe a read-only mmap),
+    `bm_arrays` its block maxima."""
+
+    def __cinit__(self):
+        self.arrays = []
+        self.bm_arrays = []
+
+
+cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, double c0, double cb,
+                      uint32_t* bterms, uint32_t* boff, float* bm, int64_t* n_blocks) noexcept nogil:
+    """The block maxima of one field's lists of more than one block (see FieldPostings); with
+    bm NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
+    cdef int64_t li, j, i, c, nl = 0, nbk = 0
+    cdef PList L
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef double mx, v
+    cdef float r
+    for li in range(fp.n_terms):
+        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        if L.nb < 2:
+            continue
+        if bm != NULL:
+            bterms[nl] = <uint32_t>li
+            boff[nl] = <uint32_t>nbk
+            for j in range(L.nb):
+                c = _block(&L, j, bd, bt)
+                mx = 0.0
+                for i in range(c):
+                    v = <double>bt[i] / (c0 + cb * <double>lens[3 * <int64_t>bd[i] + f])
+                    if v > mx:
+                        mx = v
+                r = <float>mx
+                if <double>r < mx:                    # round up: it is a bound
+                    r = nextafterf(r, INFINITY)
+                bm[nbk + j] = r
+        nl += 1
+        nbk += L.nb
+    n_blocks[0] = nbk
+    return nl
+
+
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens,
+                       const double* c0, const double* cb):
+    """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `lens` (the doc field
+    lengths, 3 a doc, for every doc of the segment) gives the block maxima, taken with the
+    length normalisation 1 / (c0 + cb * len) of the index statistics now (see FieldPostings)."""
+    cdef _Segment s = _Segment.__new__(_Segment)
+    cdef cnp.ndarray terms, offsets, data, bterms, boff, bm
+    cdef int64_t nl, nbk = 0
+    cdef int f
+    s.arrays = arrays
+    s.v.doc_lo = doc_lo
+    s.v.doc_hi = doc_hi
+    s.v.n_dead = 0
+    for f in range(3):
+        terms = arrays[3 * f]
+        offsets = arrays[3 * f + 1]
+        data = arrays[3 * f + 2]
+        s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(terms)
+        s.v.f[f].offsets = <const uint32_t*>cnp.PyArray_DATA(offsets)
+        s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
+        s.v.f[f].n_terms = terms.shape[0]
+        s.v.f[f].n_bytes = data.shape[0]
+        with nogil:
+            nl = _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], NULL, NULL, NULL, &nbk)
+        bterms = np.empty(nl, dtype=np.uint32)
+        boff = np.empty(nl, dtype=np.uint32)
+        bm = np.empty(nbk, dtype=np.float32)
+        with nogil:
+            _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], <uint32_t*>cnp.PyArray_DATA(bterms),
+                     <uint32_t*>cnp.PyArray_DATA(boff), <float*>cnp.PyArray_DATA(bm), &nbk)
+        s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
+        s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
+        s.v.f[f].bm = <const float*>cnp.PyArray_DATA(bm)
+        s.v.f[f].bm_cb = cb[f]
+        s.v.f[f].n_bm = nl
+        s.bm_arrays += [bterms, boff, bm]
+    return s
+
+
+cdef list _empty_field_arrays():
+    return [np.empty(0, dtype=np.uint32), np.zeros(1, dtype=np.uint32), np.empty(0, dtype=np.uint8)]
+
+
+# -- building segments without the GIL
+
+cdef int _out_init(FieldOut* o) noexcept nogil:
+    garr_init(&o.terms, 1, 1)
+    garr_init(&o.offsets, 1, 1)
+    garr_init(&o.data, 1, 1)
+    if garr_grow(&o.offsets, 4) < 0:
+        return -1
+    (<uint32_t*>o.offsets.data)[0] = 0
+    o.offsets.len = 4
+    return 0
+
+
+cdef void _out_free(FieldOut* o) noexcept nogil:
+    garr_free(&o.terms)
+    garr_free(&o.offsets)
+    garr_free(&o.data)
+
+
+cdef int _out_term(FieldOut* o, uint32_t tid) noexcept nogil:
+    """Close the list just written to o.data as term tid's (-1: no memory, -2: over 4 GiB)."""
+    if o.data.len > <int64_t>0xFFFFFFFF:
+        return -2
+    if garr_grow(&o.terms, o.terms.len + 4) < 0 or garr_grow(&o.offsets, o.offsets.len + 4) < 0:
+        return -1
+    (<uint32_t*>(o.terms.data + o.terms.len))[0] = tid
+    (<uint32_t*>(o.offsets.data + o.offsets.len))[0] = <uint32_t>o.data.len
+    o.terms.len += 4
+    o.offsets.len += 4
+    return 0
+
+
+cdef int _out_list(FieldOut* o, uint32_t tid, const uint32_t* docs, const uint8_t* tfs,
+                   int64_t n) noexcept nogil:
+    if garr_grow(&o.data, o.data.len + _encode_bound(n)) < 0:
+        return -1
+    o.data.len += _encode_list(docs, tfs, n, <uint8_t*>o.data.data + o.data.len)
+    return _out_term(o, tid)
+
+
+cdef list _out_arrays(FieldOut* o):
+    """The field as three read-only numpy arrays (the raw buffers are freed)."""
+    cdef int64_t nt = o.terms.len // 4
+    terms = np.empty(nt, dtype=np.uint32)
+    offsets = np.empty(nt + 1, dtype=np.uint32)
+    data = np.empty(o.data.len, dtype=np.uint8)
+    if nt:
+        memcpy(cnp.PyArray_DATA(terms), o.terms.data, <size_t>o.terms.len)
+    memcpy(cnp.PyArray_DATA(offsets), o.offsets.data, <size_t>o.offsets.len)
+    if o.data.len:
+        memcpy(cnp.PyArray_DATA(data), o.data.data, <size_t>o.data.len)
+    _out_free(o)
+    for a in (terms, offsets, data):
+        a.flags.writeable = False
+    return [terms, offsets, data]
+
+
+cdef int _raise_build_error(int rc) except -1:
+    if rc == -2:
+        raise OverflowError("a segment field would hold more than 4 GiB of postings")
+    raise MemoryError()
+
+
+cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta,
+                      const int64_t* dmap, const int64_t* tmap, int64_t* cur, FieldOut* out,
+                      GArr* tdocs, GArr* ttfs) noexcept nogil:
+    """k-way merge of one field of segments with ascending doc ranges, dropping dead docs.
+
+    `dmap`/`tmap` (may be NULL) renumber docs/terms; both must be increasing on what is kept, so
+    the output stays sorted. A list that only one segment holds, with nothing to drop or
+    renumber, is copied as it is (lists hold absolute doc ids). Returns 0, -1 or -2 (_out_term).
+    """
+    cdef int64_t s, i, j, c, n, holders, only, lo, hi
+    cdef uint32_t t, d
+    cdef const FieldPostings* fp
+    cdef PList L
+    cdef uint32_t* od
+    cdef uint8_t* ot
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef bint chk
+    cdef int rc
+    for s in range(k):
+        cur[s] = 0
+    while True:
+        t = NO_DOC
+        holders = 0
+        only = 0
+        for s in range(k):
+            fp = &views[s].f[f]
+            if cur[s] < fp.n_terms and fp.terms[cur[s]] <= t:
+                if fp.terms[cur[s]] < t:
+                    t = fp.terms[cur[s]]
+                    holders = 0
+                holders += 1
+                only = s
+        if holders == 0:
+            break
+        if holders == 1 and dmap == NULL and views[only].n_dead == 0:
+            fp = &views[only].f[f]
+            lo = fp.offsets[cur[only]]
+            hi = fp.offsets[cur[only] + 1]
+            cur[only] += 1
+            if garr_grow(&out.data, out.data.len + hi - lo) < 0:
+                return -1
+            memcpy(out.data.data + out.data.len, fp.data + lo, <size_t>(hi - lo))
+            out.data.len += hi - lo
+            rc = _out_term(out, <uint32_t>tmap[t] if tmap != NULL else t)
+            if rc < 0:
+                return rc
+            continue
+        n = 0
+        for s in range(k):
+            fp = &views[s].f[f]
+            if cur[s] >= fp.n_terms or fp.terms[cur[s]] != t:
+                continue
+            chk = dmap != NULL or views[s].n_dead > 0
+            _open_list(&L, fp.data + fp.offsets[cur[s]], fp.data + fp.n_bytes)
+            cur[s] += 1
+            if garr_grow(tdocs, 4 * (n + L.n)) < 0 or garr_grow(ttfs, n + L.n) < 0:
+                return -1
+            od = <uint32_t*>tdocs.data
+            ot = <uint8_t*>ttfs.data
+            for j in range(L.nb):
+                c = _block(&L, j, bd, bt)
+                for i in range(c):
+                    d = bd[i]
+                    if chk and not (meta[d] & IX_LIVE):
+                        continue
+                    od[n] = <uint32_t>dmap[d] if dmap != NULL else d
+                    ot[n] = bt[i]
+                    n += 1
+        if n == 0:
+            continue
+        rc = _out_list(out, <uint32_t>tmap[t] if tmap != NULL else t, <uint32_t*>tdocs.data,
+                       <uint8_t*>ttfs.data, n)
+        if rc < 0:
+            return rc
+    return 0
+
+
+cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
+                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
+                     const double* cb):
+    """One segment with the live postings of `segs` (ascending doc ranges)."""
+    cdef int64_t k = len(segs), s
+    cdef int f, rc = 0
+    cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(k * sizeof(SegView) + 1))
+    cdef int64_t* cur = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
+    cdef list arrays = []
+    cdef FieldOut out
+    cdef GArr tdocs, ttfs
+    _out_init_empty(&out)
+    garr_init(&tdocs, 1, 1)
+    garr_init(&ttfs, 1, 1)
+    try:
+        if views == NULL or cur == NULL:
+            raise MemoryError()
+        for s in range(k):
+            views[s] = (<_Segment>segs[s]).v
+        for f in range(3):
+            with nogil:
+                rc = _out_init(&out)
+                if rc == 0:
+                    rc = _merge_field(views, k, f, meta, dmap, tmap, cur, &out, &tdocs, &ttfs)
+            if rc < 0:
+                _raise_build_error(rc)
+            arrays += _out_arrays(&out)
+    finally:
+        _out_free(&out)
+        garr_free(&tdocs)
+        garr_free(&ttfs)
+        PyMem_Free(views)
+        PyMem_Free(cur)
+    return _segment(doc_lo, doc_hi, arrays, lens, c0, cb)
+
+
+
+
+cdef void _out_init_empty(FieldOut* o) noexcept nogil:
+    garr_init(&o.terms, 1, 1)
+    garr_init(&o.offsets, 1, 1)
+    garr_init(&o.data, 1, 1)
+
+
+cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* head,
+                            const uint32_t* b_doc, const uint8_t* b_tf, const uint8_t* b_field,
+                            const int32_t* b_next, const uint8_t* meta, uint32_t lo, uint32_t hi,
+                            const uint32_t* lens, const double* c0, const double* cb):
+    """The buffer's live postings as a segment of docs [lo, hi), or None when none is left."""
+    cdef int64_t i, f
+    cdef int64_t cnt[3]
+    cdef int32_t e
+    cdef FieldOut outs[3]
+    cdef GArr tdocs[3]
+    cdef GArr ttfs[3]
+    cdef int rc = 0
+    cdef list arrays = []
+    for f in range(3):
+        _out_init_empty(&outs[f])
+        garr_init(&tdocs[f], 1, 1)
+        garr_init(&ttfs[f], 1, 1)
+    try:
+        with nogil:
+            for f in range(3):
+                if rc == 0:
+                    rc = _out_init(&outs[f])
+            i = 0
+            while i < nbt and rc == 0:
+                CM_ASSERT(i == 0 or terms[i] > terms[i - 1])
+                # chains run newest first: count, then fill each field's list from its end
+                cnt[0] = cnt[1] = cnt[2] = 0
+                e = head[terms[i]]
+                while e >= 0:
+                    if meta[b_doc[e]] & IX_LIVE:
+                        cnt[b_field[e]] += 1
+                    e = b_next[e]
+                for f in range(3):
+                    if garr_grow(&tdocs[f], 4 * cnt[f]) < 0 or garr_grow(&ttfs[f], cnt[f]) < 0:
+                        rc = -1
+                if rc < 0:
+                    break
+                e = head[terms[i]]
+                while e >= 0:
+                    if meta[b_doc[e]] & IX_LIVE:
+                        f = b_field[e]
+                        cnt[f] -= 1
+                        (<uint32_t*>tdocs[f].data)[cnt[f]] = b_doc[e]
+                        (<uint8_t*>ttfs[f].data)[cnt[f]] = b_tf[e]
+                        tdocs[f].len += 1
+                    e = b_next[e]
+                for f in range(3):
+                    if tdocs[f].len > 0 and rc == 0:
+                        rc = _out_list(&outs[f], terms[i], <uint32_t*>tdocs[f].data,
+                                       <uint8_t*>ttfs[f].data, tdocs[f].len)
+                    tdocs[f].len = 0
+                i += 1
+        if rc < 0:
+            _raise_build_error(rc)
+        for f in range(3):
+            arrays += _out_arrays(&outs[f])
+    finally:
+        for f in range(3):
+            _out_free(&outs[f])
+            garr_free(&tdocs[f])
+            garr_free(&ttfs[f])
+    if not any(arrays[3 * f + 2].shape[0] for f in range(3)):
+        return None
+    return _segment(lo, hi, arrays, lens, c0, cb)
+
+
+cdef bint _nonempty(_Segment s) noexcept:
+    return s.v.f[0].n_bytes + s.v.f[1].n_bytes + s.v.f[2].n_bytes > 0

@@ -1,0 +1,171 @@
+# C-level contract of convmem._core.score: BM25F scoring of one query over the index's
+# segments and buffer, with filters, window pruning and a deterministic top k (docs/SCORING.md).
+# No Python API. index.pyx fills a Query and calls _score once per query (and _group_df once per
+# multi-key group); everything per posting happens inside score.pyx, on postings.pxd's inlines.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+from convmem._core._common cimport GArr, __builtin_clz, cm_worker
+from convmem._core.postings cimport IX_BLOCK, Cursor, PList, SegView
+
+
+cdef enum:
+    IX_WINDOW = 4096        # largest scoring window (doc ids)
+    IX_PAR_MIN = 30000      # queries touching this many postings are scored by two threads
+
+
+# One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
+# plists[list_lo:list_hi].
+cdef struct Group:
+    uint64_t key
+    double idf
+    int64_t df
+    int64_t key_lo
+    int64_t key_hi
+    int64_t list_lo
+    int64_t list_hi
+    int64_t n_postings
+
+
+# A top-k heap entry: `i` is the slot of its breakdown (index.pyx: Eng.hbd).
+cdef struct HeapItem:
+    double s
+    uint32_t d
+    uint32_t i
+
+
+# Everything the nogil scoring loops read: statistics, doc columns, filters, scratch.
+cdef struct Query:
+    double k1
+    double w[3]
+    double b[3]
+    double avgdl[3]
+    double c0[3]            # 1 - b and b / avgdl, for the approximate scores of the pruning
+    double cb[3]
+    int64_t n_live
+    # doc columns
+    const uint8_t* meta
+    const uint8_t* imp
+    const int32_t* sess
+    const int64_t* ts
+    const uint8_t* ulid
+    const uint32_t* lens
+    const uint32_t* tag_off
+    const uint64_t* tag_val
+    # filters
+    uint8_t okmeta[256]
+    bint extra              # session, importance or tag filters are active
+    int64_t session
+    int32_t min_imp
+    const uint64_t* tags
+    int64_t n_tags
+    # buffer chains
+    const uint32_t* b_doc
+    const uint8_t* b_tf
+    const uint8_t* b_field
+    const int32_t* b_next
+    const int32_t* head
+    uint32_t buf_lo
+    const SegView* views
+    int64_t n_views
+    int64_t n_docs
+    const uint8_t* qlen     # one-byte content lengths, rounded down (index.pyx: _qlen_code)
+    const uint8_t* qlen2    # the same for summary and tags, 2 a doc (apart: content is hot)
+    double qnorm[768]       # per field, the norm (1 - b) + b * len / avgdl of each one-byte length
+    # scratch
+    uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups)
+
+
+# One posting list of the current segment during a query: a term-at-a-time position (with the
+# decoded block), a block position for the window bounds and a probe cursor.
+cdef struct LState:
+    const PList* L
+    int64_t tblk            # term-at-a-time: the first block not finished
+    int64_t cblk            # the block decoded in bd/bt (-1: none)
+    int64_t cpos            # the next posting of the decoded block
+    int64_t ccnt
+    int64_t bblk            # bounds: the first block whose last doc is >= the window start
+    int64_t pblk            # probes: the same for the doc probed
+    uint32_t last1          # one-block lists (no skip table): the last doc, and the max of x_f
+    double xm1              # over the block (a bound like bmf * bm)
+    Cursor pc
+    uint32_t bd[IX_BLOCK]
+    uint8_t bt[IX_BLOCK]
+
+
+cdef struct Eng:
+    Query* q
+    const Group* groups
+    int64_t G
+    const uint32_t* gterms
+    LState* ls              # the lists of the current segment, by group: ls[goff[g]:goff[g+1]]
+    int64_t* goff
+    double* wub             # per group: its bound in the current window
+    double* gx              # per group and field: the bound of x_f in the window
+    int32_t* gnl            # per group and field: lists that may hold docs of the window
+    int64_t* order          # groups by bound ascending
+    uint32_t* gw            # per group: the packed tfs of the doc being finished
+    uint32_t* wtf           # per window doc: packed tfs of the group being accumulated
+    double* wacc            # per window doc: partial score
+    double* wbd             # per window doc: breakdown (full windows)
+    uint32_t* gl            # window docs touched by the group being accumulated
+    uint64_t* wbits         # window docs touched by the query
+    HeapItem* heap
+    double* hbd             # the breakdowns of the heap's docs, 3 a slot (HeapItem.i)
+    int64_t nh
+    int64_t k
+    double theta            # the k-th best score once the heap is full, else -1
+    double* peer_theta      # the other half's theta when two threads share the query, else NULL
+    # what the pruning skipped (SearchIndex.last_*_skipped; tests assert on them)
+    int64_t n_windows_skipped   # windows whose bound stayed below the k-th score: not decoded
+    int64_t n_blocks_skipped    # blocks of essential lists skipped on their block maxima
+    int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
+
+
+# What the second scoring thread gets: its engine and the half of the windows it runs.
+cdef struct Job:
+    Eng* e
+    const PList* lists
+    int64_t window
+    bint prune
+
+
+# The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
+# query (never by the corpus).
+cdef class _Scratch:
+    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits
+    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd
+    # Size the arrays for the query and point e at them.
+    cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
+                    const uint32_t* gterms, int64_t n_lists, int64_t k) except -1
+    cdef int64_t nbytes(self) noexcept
+
+
+# One-byte field lengths for the bounds (index.pyx fills q.qlen / q.qlen2 and q.qnorm with them).
+cdef inline uint8_t _qlen_code(uint32_t n) noexcept nogil:
+    """A field length in one byte, for bounds: exact below 64, then 4 significant bits,
+    rounded down (_qlen_value(_qlen_code(n)) <= n)."""
+    cdef int e
+    if n < 64:
+        return <uint8_t>n
+    e = 31 - __builtin_clz(n)
+    if e > 17:
+        return 255
+    return <uint8_t>(64 + (e - 6) * 16 + ((n >> (e - 4)) & 15))
+
+
+cdef inline uint32_t _qlen_value(int c) noexcept nogil:
+    if c < 64:
+        return <uint32_t>c
+    return <uint32_t>(16 + (c - 64) % 16) << ((c - 64) // 16 + 2)
+
+
+
+# Live docs holding any key of the group in any field (for groups of several keys); the bitmap
+# q.gbits is all zero before and after.
+cdef int64_t _group_df(Query* q, const Group* g, const PList* lists,
+                       const uint32_t* gterms) noexcept nogil
+# Score one query: e (and e2 with the worker w when both are given: two threads, half of each
+# segment's windows each) over `lists`; with nc >= 0 only the nc candidate docs cand[]
+# (ascending) of the segments, and the buffer. Leaves the top k in e.heap, best first, their breakdowns in e.hbd.
+cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
+                 const uint32_t* cand, int64_t nc) noexcept nogil

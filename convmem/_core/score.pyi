@@ -1,0 +1,3 @@
+"""convmem._core.score has no Python API: the scoring kernels, top-k heap, window pruning, the
+second scoring thread and scratch of the compiled index, used through cimport by index.pyx
+(contract: score.pxd)."""

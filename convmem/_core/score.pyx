@@ -1,0 +1,854 @@
+"""Scoring of the compiled index: BM25F kernels, filters, the top-k heap, window pruning, the
+second scoring thread and the per-thread scratch (docs/SCORING.md; `pyindex` is the oracle).
+
+Everything here runs without the GIL and allocates nothing per posting; lists are read with the
+inline primitives of postings.pxd. index.pyx calls _score once per query.
+
+Top k, document at a time in windows (docs/SCORING.md "Pruning"): a query is scored segment by
+segment, each segment in windows of at most `window` doc ids, with fixed-size scratch (nothing per
+query grows with the corpus). In a window every group gets an upper bound from the block maxima
+of its lists there. Once the heap holds k docs, the groups whose bounds together stay below the
+k-th score are "non-essential": the other groups are accumulated term-at-a-time inside the window,
+and each doc they touch is finished by probing the non-essential groups (highest bound first)
+only while it can still reach the k-th score. A window whose bounds sum below the k-th score is
+skipped without decoding anything. Every doc that can enter the heap gets its exact breakdown,
+groups in ascending key order.
+
+Large queries are split between two threads: one persistent worker per index (_common.h's
+cm_worker) runs half of each segment's windows while the calling thread runs the other half.
+The two halves share only their k-th best scores (relaxed atomic loads and stores): either one is
+a lower bound of the final k-th best, so each half may prune with the larger one, and the merged
+top k is the same as with one thread.
+"""
+from libc.math cimport INFINITY
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+
+from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, cm_load_relaxed,
+                                    cm_store_relaxed,
+                                    cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
+                                    garr_extend, garr_free, garr_init, garr_reserve)
+from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, Cursor, PList,
+                                     SegView, _block, _block_last, _cur_open,
+                                     _find_block, _seek)
+
+cdef double EPS = 1e-9          # relative margin of the pruning bounds (docs/SCORING.md)
+
+
+# ---- scoring kernels (nogil) -------------------------------------------------------------------
+
+cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
+    """Session, importance and tag filters (kind, tier and liveness are in q.okmeta)."""
+    cdef int64_t i, j, lo, hi
+    cdef bint found
+    if q.imp[d] < q.min_imp:
+        return False
+    if q.session >= 0 and q.sess[d] != q.session:
+        return False
+    lo = q.tag_off[d]
+    hi = q.tag_off[d + 1]
+    for i in range(q.n_tags):
+        found = False
+        for j in range(lo, hi):
+            if q.tag_val[j] == q.tags[i]:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
+    if not q.okmeta[q.meta[d]]:
+        return False
+    return not q.extra or _extra_ok(q, d)
+
+
+cdef inline uint32_t _tf_add(uint32_t w, int f, uint32_t tf) noexcept nogil:
+    """Add tf to byte f of the packed group tfs, saturating at 255."""
+    cdef int sh = 8 * f
+    cdef uint32_t v = ((w >> sh) & 0xFF) + tf
+    if v > IX_TF_CAP:
+        v = IX_TF_CAP
+    return (w & ~(<uint32_t>0xFF << sh)) | (v << sh)
+
+
+cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
+                            double* out) noexcept nogil:
+    """Add one group's parts for doc d (packed tfs w) to out[0..2]: docs/SCORING.md, literally."""
+    cdef double x[3]
+    cdef double big_x, den
+    cdef uint32_t tf
+    cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
+    cdef int f
+    for f in range(3):
+        tf = (w >> (8 * f)) & 0xFF
+        if tf:
+            x[f] = q.w[f] * <double>tf / ((1.0 - q.b[f]) + q.b[f] * <double>ln[f] / q.avgdl[f])
+        else:
+            x[f] = 0.0
+    big_x = (x[0] + x[1]) + x[2]
+    den = q.k1 + big_x
+    out[0] += idf * x[0] / den
+    out[1] += idf * x[1] / den
+    out[2] += idf * x[2] / den
+
+
+# -- top-k
+
+cdef inline bint _better(const Query* q, double sa, uint32_t a, double sb, uint32_t b) noexcept nogil:
+    """The result order of docs/SCORING.md: score, importance, timestamp desc; ulid, doc asc."""
+    cdef int c
+    if sa != sb:
+        return sa > sb
+    if q.imp[a] != q.imp[b]:
+        return q.imp[a] > q.imp[b]
+    if q.ts[a] != q.ts[b]:
+        return q.ts[a] > q.ts[b]
+    c = memcmp(q.ulid + IX_ULID * <int64_t>a, q.ulid + IX_ULID * <int64_t>b, IX_ULID)
+    if c != 0:
+        return c < 0
+    return a < b
+
+
+cdef void _sift_down(const Query* q, HeapItem* h, int64_t n, int64_t i) noexcept nogil:
+    """Heap with the worst item at the root."""
+    cdef int64_t c
+    cdef HeapItem tmp
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and _better(q, h[c].s, h[c].d, h[c + 1].s, h[c + 1].d):
+            c += 1
+        if not _better(q, h[i].s, h[i].d, h[c].s, h[c].d):
+            return
+        tmp = h[i]
+        h[i] = h[c]
+        h[c] = tmp
+        i = c
+
+
+cdef inline int64_t _heap_offer(const Query* q, HeapItem* h, int64_t n, int64_t k, double s,
+                                uint32_t d, uint32_t i) noexcept nogil:
+    cdef int64_t c, p
+    cdef HeapItem tmp
+    if n < k:
+        c = n
+        h[c].s = s
+        h[c].d = d
+        h[c].i = i
+        while c > 0:
+            p = (c - 1) >> 1
+            if not _better(q, h[p].s, h[p].d, h[c].s, h[c].d):
+                break
+            tmp = h[p]
+            h[p] = h[c]
+            h[c] = tmp
+            c = p
+        return n + 1
+    if _better(q, s, d, h[0].s, h[0].d):
+        h[0].s = s
+        h[0].d = d
+        h[0].i = i
+        _sift_down(q, h, n, 0)
+    return n
+
+
+cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
+    """In place, best first."""
+    cdef HeapItem tmp
+    while n > 1:
+        tmp = h[0]
+        h[0] = h[n - 1]
+        h[n - 1] = tmp
+        n -= 1
+        _sift_down(q, h, n, 0)
+
+
+# -- top k, document at a time in windows (docs/SCORING.md "Pruning")
+#
+# (see the module docstring)
+
+cdef uint32_t NOT_PROBED = 0xFFFFFFFF
+
+
+cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
+    cdef int64_t i
+    cdef double mx = 0.0, v
+    cdef int f = L.field
+    s.L = L
+    s.tblk = 0
+    s.cblk = -1
+    s.cpos = 0
+    s.ccnt = 0
+    s.bblk = 0
+    s.pblk = 0
+    s.pc.blk = -1
+    s.last1 = 0
+    s.xm1 = 0.0
+    if L.skip == NULL and L.n > 0:                   # one block: decode it once, bound it exactly
+        s.ccnt = _block(L, 0, s.bd, s.bt)
+        s.cblk = 0
+        s.last1 = s.bd[s.ccnt - 1]
+        for i in range(s.ccnt):
+            v = q.w[f] * <double>s.bt[i] / (q.c0[f] + q.cb[f] * <double>q.lens[3 * <int64_t>s.bd[i] + f])
+            if v > mx:
+                mx = v
+        s.xm1 = mx
+
+
+cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
+    if big_x == 0.0:
+        return 0.0
+    return idf * big_x / (q.k1 + big_x)
+
+
+cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept nogil:
+    """A bound of x_f over the docs of block j of the list."""
+    cdef const PList* L = s.L
+    if L.skip == NULL:
+        return s.xm1
+    if L.bm == NULL:
+        return q.w[L.field] * IX_TF_CAP / q.c0[L.field] if q.c0[L.field] > 0.0 else INFINITY
+    return L.bmf * <double>L.bm[j]
+
+
+cdef bint _ls_bound(const Query* q, LState* s, uint32_t wlo, uint32_t whi,
+                    double* xmax) noexcept nogil:
+    """Whether the list may hold docs in [wlo, whi); if so, a bound of x_f there."""
+    cdef const PList* L = s.L
+    cdef int64_t j
+    cdef double mx = 0.0, v
+    if L.n == 0 or L.first >= whi:
+        return False
+    if L.skip == NULL:
+        if s.last1 < wlo:
+            return False
+        xmax[0] = s.xm1
+        return True
+    j = _find_block(L, s.bblk, wlo)
+    s.bblk = j
+    if j >= L.nb or (j > 0 and _block_last(L, j - 1) >= whi - 1):
+        return False
+    while j < L.nb:
+        v = _block_x(q, s, j)
+        if v > mx:
+            mx = v
+        if _block_last(L, j) >= whi - 1:
+            break
+        j += 1
+    xmax[0] = mx
+    return True
+
+
+cdef double _group_bound(Eng* e, int64_t g, uint32_t wlo, uint32_t whi) noexcept nogil:
+    """The group's bound in the window (0.0: none of its lists holds a doc there). The x_f of a
+    group is the sum of its keys' x_f at the same length, so the keys' bounds add up."""
+    cdef const Query* q = e.q
+    cdef int64_t i
+    cdef int f
+    cdef double xm = 0.0
+    cdef double* gx = e.gx + 3 * g
+    cdef int32_t* nl = e.gnl + 3 * g
+    for f in range(3):
+        gx[f] = 0.0
+        nl[f] = 0
+    for i in range(e.goff[g], e.goff[g + 1]):
+        if _ls_bound(q, &e.ls[i], wlo, whi, &xm):
+            f = e.ls[i].L.field
+            gx[f] += xm
+            nl[f] += 1
+    return _ub(q, e.groups[g].idf, (gx[0] + gx[1]) + gx[2])
+
+
+cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng, int64_t g,
+                      double others, double lb, bint extra) noexcept nogil:
+    """Add the list's tfs of the window docs that are live and of the kinds and tiers asked (and
+    pass the other filters if `extra`) to e.wtf (new docs to e.gl).
+
+    With lb >= 0 (pruning), a block is skipped when no doc of it can reach lb: the block's own
+    bound for this list, the group's bounds in the other fields and `others` (the bounds of the
+    other groups) stay below it. Valid only when this is the group's one list in its field.
+    """
+    cdef const PList* L = s.L
+    cdef const Query* q = e.q
+    cdef int64_t j, i, cnt
+    cdef uint32_t d, x, w
+    cdef int f = L.field
+    cdef double xo = 0.0, bx
+    if L.n == 0 or L.first >= whi:
+        return ng
+    if lb >= 0.0:
+        xo = 0.0
+        if f != 0:
+            xo += e.gx[3 * g]
+        if f != 1:
+            xo += e.gx[3 * g + 1]
+        if f != 2:
+            xo += e.gx[3 * g + 2]
+    j = _find_block(L, s.tblk, wlo)
+    while j < L.nb:
+        if lb >= 0.0:
+            bx = _block_x(q, s, j) + xo
+            if (_ub(q, e.groups[g].idf, bx) + others) * (1.0 + EPS) < lb:
+                e.n_blocks_skipped += 1
+                if (_block_last(L, j) if L.skip != NULL else s.last1) >= whi:
+                    s.tblk = j                        # the block goes on past the window
+                    return ng
+                j += 1
+                continue
+        if s.cblk != j:
+            s.ccnt = _block(L, j, s.bd, s.bt)
+            s.cblk = j
+            s.cpos = 0
+        i = s.cpos
+        cnt = s.ccnt
+        while i < cnt and s.bd[i] < wlo:
+            i += 1
+        while i < cnt:
+            d = s.bd[i]
+            if d >= whi:
+                break
+            i += 1
+            if not q.okmeta[q.meta[d]]:
+                continue
+            if extra and q.extra and not _extra_ok(q, d):
+                continue
+            x = d - wlo
+            CM_ASSERT(x < IX_WINDOW and (i < 2 or s.bd[i - 2] < d))
+            w = e.wtf[x]
+            if w == 0:
+                e.gl[ng] = x
+                ng += 1
+            e.wtf[x] = _tf_add(w, f, s.bt[i - 1])
+        s.cpos = i
+        if i < cnt:
+            s.tblk = j
+            return ng
+        j += 1
+    s.tblk = j
+    return ng
+
+
+cdef int64_t _chains_taat(Eng* e, int64_t g, uint32_t wlo, uint32_t whi, int64_t ng) noexcept nogil:
+    """The same as _ls_taat for the buffer's postings of the group's keys."""
+    cdef const Query* q = e.q
+    cdef int64_t ki
+    cdef int32_t c
+    cdef uint32_t d, x, w
+    for ki in range(e.groups[g].key_lo, e.groups[g].key_hi):
+        c = q.head[e.gterms[ki]]
+        while c >= 0:
+            d = q.b_doc[c]
+            if wlo <= d < whi and _doc_ok(q, d):
+                x = d - wlo
+                w = e.wtf[x]
+                if w == 0:
+                    e.gl[ng] = x
+                    ng += 1
+                e.wtf[x] = _tf_add(w, q.b_field[c], q.b_tf[c])
+            c = q.b_next[c]
+    return ng
+
+
+cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
+    """The group's packed tfs at doc d (probes move forward only: d never decreases)."""
+    cdef int64_t i, blk, lo, hi, mid
+    cdef uint32_t w = 0, tf
+    cdef LState* s
+    cdef const PList* L
+    for i in range(e.goff[g], e.goff[g + 1]):
+        s = &e.ls[i]
+        L = s.L
+        if L.n == 0 or d < L.first:
+            continue
+        if L.skip == NULL:
+            if d > s.last1:
+                continue
+            lo = 0
+            hi = s.ccnt
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if s.bd[mid] < d:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            tf = s.bt[lo] if lo < s.ccnt and s.bd[lo] == d else 0
+        else:
+            blk = _find_block(L, s.pblk, d)
+            s.pblk = blk
+            if blk >= L.nb:
+                continue
+            if s.pc.blk != blk:
+                _cur_open(L, &s.pc, blk)
+            tf = _seek(&s.pc, d)
+        if tf:
+            w = _tf_add(w, L.field, tf)
+    return w
+
+
+cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
+    """An upper bound of a group's part sum (_add_parts summed; within a few ulps: the bounds carry a 1e-9 margin) with
+    at most two divisions instead of five. The content length is read from the one-byte
+    q.qlen, rounded down (so the norm is not larger); a content-only doc needs one division."""
+    cdef const uint8_t* ql
+    cdef double big_x, a
+    cdef uint32_t tf
+    cdef int f
+    if w <= 0xFF:                                     # content only: X = a / norm
+        a = q.w[0] * <double>w
+        return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a)
+    ql = q.qlen2 + 2 * <int64_t>d - 1                 # ql[1], ql[2]: summary, tags
+    big_x = q.w[0] * <double>(w & 0xFF) / q.qnorm[q.qlen[d]]
+    for f in range(1, 3):
+        tf = (w >> (8 * f)) & 0xFF
+        if tf:
+            big_x += q.w[f] * <double>tf / q.qnorm[256 * f + ql[f]]
+    return idf * big_x / (q.k1 + big_x)
+
+
+cdef void _heap_check(const Eng* e) noexcept nogil:
+    """Debug builds: at most k items, none better than its parent (the worst is at the root),
+    and each item's score is the sum of the breakdown in its slot."""
+    cdef int64_t i
+    cdef const double* a
+    CM_ASSERT(0 <= e.nh and e.nh <= e.k)
+    for i in range(e.nh):
+        CM_ASSERT(i == 0 or not _better(e.q, e.heap[(i - 1) >> 1].s, e.heap[(i - 1) >> 1].d,
+                                        e.heap[i].s, e.heap[i].d))
+        CM_ASSERT(e.heap[i].i < e.k)
+        a = e.hbd + 3 * <int64_t>e.heap[i].i
+        CM_ASSERT((a[0] + a[1]) + a[2] == e.heap[i].s)
+
+
+cdef inline void _offer(Eng* e, const double* a, uint32_t d) noexcept nogil:
+    """Offer doc d with its exact breakdown a[0..2]; a taken doc keeps its breakdown in the slot
+    of e.hbd that its heap item names (the slot of the item it replaces)."""
+    cdef double s = (a[0] + a[1]) + a[2]
+    cdef int64_t slot
+    if e.nh < e.k:
+        slot = e.nh
+    elif _better(e.q, s, d, e.heap[0].s, e.heap[0].d):
+        slot = e.heap[0].i
+    else:
+        return
+    memcpy(e.hbd + 3 * slot, a, 3 * sizeof(double))
+    e.nh = _heap_offer(e.q, e.heap, e.nh, e.k, s, d, <uint32_t>slot)
+    if CM_DEBUG:
+        _heap_check(e)
+    if e.nh == e.k:
+        cm_store_relaxed(&e.theta, e.heap[0].s)
+
+
+cdef inline double _theta(Eng* e) noexcept nogil:
+    """The best known lower bound of the k-th score (-1: none yet)."""
+    cdef double t = e.theta, p
+    if e.peer_theta != NULL:
+        p = cm_load_relaxed(e.peer_theta)
+        if p > t:
+            return p
+    return t
+
+
+cdef void _win_full(Eng* e, uint32_t wlo, uint32_t whi, bint buffer) noexcept nogil:
+    """Every matching doc of the window, scored exactly (groups in ascending key order) and
+    offered to the heap."""
+    cdef const Query* q = e.q
+    cdef int64_t g, i, j, ng, wi
+    cdef uint32_t x, w
+    cdef uint64_t bits
+    cdef double* a
+    for g in range(e.G):
+        ng = 0
+        if buffer:
+            ng = _chains_taat(e, g, wlo, whi, ng)
+        else:
+            for i in range(e.goff[g], e.goff[g + 1]):
+                ng = _ls_taat(e, &e.ls[i], wlo, whi, ng, g, 0.0, -1.0, True)
+        for j in range(ng):
+            x = e.gl[j]
+            w = e.wtf[x]
+            e.wtf[x] = 0
+            a = e.wbd + 3 * <int64_t>x
+            if not (e.wbits[x >> 6] >> (x & 63)) & 1:
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+                a[0] = 0.0
+                a[1] = 0.0
+                a[2] = 0.0
+            _add_parts(q, wlo + x, w, e.groups[g].idf, a)
+    for wi in range((whi - wlo + 63) >> 6):
+        bits = e.wbits[wi]
+        e.wbits[wi] = 0
+        while bits:
+            x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
+            bits &= bits - 1
+            a = e.wbd + 3 * <int64_t>x
+            _offer(e, a, wlo + x)
+
+
+cdef void _sort_by_bound(Eng* e) noexcept nogil:
+    """e.order: groups by window bound ascending (index ascending on ties)."""
+    cdef int64_t i, j, t
+    for i in range(e.G):
+        t = i
+        j = i - 1
+        while j >= 0 and e.wub[e.order[j]] > e.wub[t]:
+            e.order[j + 1] = e.order[j]
+            j -= 1
+        e.order[j + 1] = t
+
+
+cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
+    """A window once a k-th score is known (see "top k, document at a time" above). Liveness,
+    kinds and tiers are checked while reading the postings; the session, importance and tag
+    filters only for the docs that pass the first bound test."""
+    cdef const Query* q = e.q
+    cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
+    cdef uint32_t x, w, d
+    cdef uint64_t bits
+    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0
+    cdef double a[3]
+    cdef bint alive
+    for g in range(G):
+        e.wub[g] = _group_bound(e, g, wlo, whi)
+        total += e.wub[g]
+    if total * (1.0 + EPS) < lb:
+        e.n_windows_skipped += 1
+        return
+    _sort_by_bound(e)
+    ne = 0
+    while ne < G and (cum + e.wub[e.order[ne]]) * (1.0 + EPS) < lb:
+        cum += e.wub[e.order[ne]]
+        ne += 1
+    if ne == G - 1:
+        # One essential group: a doc passes the first test when its part s reaches
+        # T = lb / (1 + EPS) - cum, that is when X >= k1 * u / (1 - u), u = T / idf (loosened by
+        # 1e-10 against rounding); content-only docs are tested without a division.
+        g1 = e.order[ne]
+        t = (lb / (1.0 + EPS) - cum) / e.groups[g1].idf
+        if t <= 0.0:
+            xm = 0.0
+        elif t >= 1.0:
+            e.n_windows_skipped += 1
+            return
+        else:
+            xm = q.k1 * t / (1.0 - t) * (1.0 - 1e-10)
+    for i in range(ne, G):
+        g = e.order[i]
+        ng = 0
+        for j in range(e.goff[g], e.goff[g + 1]):
+            ng = _ls_taat(e, &e.ls[j], wlo, whi, ng, g, total - e.wub[g],
+                          lb if e.gnl[3 * g + e.ls[j].L.field] == 1 else -1.0, False)
+        if g1 >= 0:
+            for j in range(ng):
+                x = e.gl[j]
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+            continue
+        for j in range(ng):
+            x = e.gl[j]
+            w = e.wtf[x]
+            e.wtf[x] = 0
+            if not (e.wbits[x >> 6] >> (x & 63)) & 1:
+                e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
+                e.wacc[x] = 0.0
+            e.wacc[x] += _approx_total(q, wlo + x, w, e.groups[g].idf)
+    for wi in range((whi - wlo + 63) >> 6):
+        bits = e.wbits[wi]
+        e.wbits[wi] = 0
+        while bits:
+            x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
+            bits &= bits - 1
+            d = wlo + x
+            if g1 >= 0:
+                w = e.wtf[x]
+                e.wtf[x] = 0
+                if w <= 0xFF and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
+                    e.n_docs_skipped += 1             # content only, below xm even rounded up
+                    continue
+                s = _approx_total(q, d, w, e.groups[g1].idf)
+                if (s + cum) * (1.0 + EPS) < lb:
+                    e.n_docs_skipped += 1
+                    continue
+            else:
+                s = e.wacc[x]
+                if (s + cum) * (1.0 + EPS) < lb:
+                    e.n_docs_skipped += 1
+                    continue
+            if q.extra and not _extra_ok(q, d):
+                continue
+            r = cum
+            for g in range(G):
+                e.gw[g] = NOT_PROBED
+            alive = True
+            i = ne - 1
+            while i >= 0:                             # non-essential groups, highest bound first
+                g = e.order[i]
+                if e.wub[g] == 0.0:
+                    break
+                w = _probe_group(e, g, d)
+                e.gw[g] = w
+                if w:
+                    s += _approx_total(q, d, w, e.groups[g].idf)
+                r -= e.wub[g]
+                if (s + r) * (1.0 + EPS) < lb:
+                    alive = False
+                    break
+                i -= 1
+            if not alive:
+                e.n_docs_skipped += 1
+                continue
+            a[0] = 0.0
+            a[1] = 0.0
+            a[2] = 0.0
+            for g in range(G):                        # exact, in ascending key order
+                w = e.gw[g]
+                if w == NOT_PROBED:
+                    w = _probe_group(e, g, d) if e.wub[g] != 0.0 else 0
+                if w:
+                    _add_parts(q, d, w, e.groups[g].idf, a)
+            _offer(e, a, d)
+            lb = _theta(e) * (1.0 - EPS)
+
+
+cdef int64_t _open_segment(Eng* e, const PList* lists, int64_t sg) noexcept nogil:
+    """Set up e.ls / e.goff with the query's lists of segment sg; returns how many."""
+    cdef int64_t g, li, n = 0
+    for g in range(e.G):
+        e.goff[g] = n
+        for li in range(e.groups[g].list_lo, e.groups[g].list_hi):
+            if lists[li].seg == sg:
+                _ls_init(e.q, &e.ls[n], &lists[li])
+                n += 1
+    e.goff[e.G] = n
+    return n
+
+
+cdef void _run_buffer(Eng* e, int64_t window) noexcept nogil:
+    """The buffer's docs, window by window, scored in full."""
+    cdef uint32_t wlo = e.q.buf_lo, whi, hi = <uint32_t>e.q.n_docs
+    if e.q.head == NULL:
+        return
+    while wlo < hi:
+        whi = wlo + <uint32_t>window if hi - wlo > <uint32_t>window else hi
+        _win_full(e, wlo, whi, True)
+        wlo = whi
+
+
+cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
+               int parts) noexcept nogil:
+    """Segment by segment, window by window, then the buffer; e.heap gets the top k of what it
+    scores. With parts == 2, part 0 scores the first half of each segment's windows and the
+    buffer, part 1 the second half."""
+    cdef Query* q = e.q
+    cdef int64_t sg, nw, w0, w1, wi
+    cdef uint32_t wlo, whi
+    cdef const SegView* v
+    for sg in range(q.n_views):
+        v = &q.views[sg]
+        nw = (<int64_t>v.doc_hi - v.doc_lo + window - 1) // window
+        w0 = 0 if part == 0 else nw // 2
+        w1 = nw if parts == 1 or part == 1 else nw // 2
+        if w0 >= w1:
+            continue
+        if _open_segment(e, lists, sg) == 0:
+            continue
+        for wi in range(w0, w1):
+            wlo = v.doc_lo + <uint32_t>(wi * window)
+            whi = wlo + <uint32_t>window if v.doc_hi - wlo > <uint32_t>window else v.doc_hi
+            if prune and _theta(e) >= 0.0:
+                _win_pruned(e, wlo, whi)
+            else:
+                _win_full(e, wlo, whi, False)
+    if part == 0:
+        _run_buffer(e, window)
+
+
+cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc) noexcept nogil:
+    """Score only the candidate docs (ascending) that lie in segments, probing every group at
+    each, then the buffer window by window (its docs are filtered like anywhere else)."""
+    cdef Query* q = e.q
+    cdef int64_t sg, g, ci = 0, c0, j
+    cdef uint32_t d, w
+    cdef const SegView* v
+    cdef double a[3]
+    cdef bint matched
+    for sg in range(q.n_views):
+        v = &q.views[sg]
+        while ci < nc and cand[ci] < v.doc_lo:
+            ci += 1
+        c0 = ci
+        while ci < nc and cand[ci] < v.doc_hi:
+            ci += 1
+        if c0 == ci:
+            continue
+        if _open_segment(e, lists, sg) == 0:
+            continue
+        for j in range(c0, ci):
+            d = cand[j]
+            if not _doc_ok(q, d):
+                continue
+            a[0] = 0.0
+            a[1] = 0.0
+            a[2] = 0.0
+            matched = False
+            for g in range(e.G):                      # ascending key order: exact
+                w = _probe_group(e, g, d)
+                if w:
+                    _add_parts(q, d, w, e.groups[g].idf, a)
+                    matched = True
+            if matched:
+                _offer(e, a, d)
+    _run_buffer(e, IX_WINDOW)
+
+
+cdef void _run_second_half(void* arg) noexcept nogil:
+    cdef Job* j = <Job*>arg
+    _run(j.e, j.lists, j.window, j.prune, 1, 2)
+
+
+cdef int64_t _group_df(Query* q, const Group* g, const PList* lists, const uint32_t* gterms) noexcept nogil:
+    """Live docs holding any key of the group in any field (for groups of several keys); the
+    bitmap q.gbits is all zero before and after."""
+    cdef int64_t li, i, ki, j, c, df = 0
+    cdef const PList* L
+    cdef uint32_t d
+    cdef int32_t e
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint64_t bit
+    for li in range(g.list_lo, g.list_hi):
+        L = &lists[li]
+        for j in range(L.nb):
+            c = _block(L, j, bd, NULL)
+            for i in range(c):
+                d = bd[i]
+                bit = (<uint64_t>1) << (d & 63)
+                if (q.meta[d] & IX_LIVE) and not (q.gbits[d >> 6] & bit):
+                    q.gbits[d >> 6] |= bit
+                    df += 1
+    if q.head != NULL:
+        for ki in range(g.key_lo, g.key_hi):
+            e = q.head[gterms[ki]]
+            while e >= 0:
+                d = q.b_doc[e]
+                bit = (<uint64_t>1) << (d & 63)
+                if (q.meta[d] & IX_LIVE) and not (q.gbits[d >> 6] & bit):
+                    q.gbits[d >> 6] |= bit
+                    df += 1
+                e = q.b_next[e]
+    memset(q.gbits, 0, <size_t>(8 * ((q.n_docs + 63) >> 6)))
+    return df
+
+
+cdef class _Scratch:
+    """The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
+    query (never by the corpus)."""
+
+    def __cinit__(self):
+        garr_init(&self.w_tf, 4)
+        garr_init(&self.w_acc, 8)
+        garr_init(&self.w_bd, 24)
+        garr_init(&self.w_gl, 4)
+        garr_init(&self.w_bits, 8)
+        garr_init(&self.ls, sizeof(LState))
+        garr_init(&self.goff, 8)
+        garr_init(&self.wub, 8)
+        garr_init(&self.gx, 24)
+        garr_init(&self.gnl, 12)
+        garr_init(&self.gw, 4)
+        garr_init(&self.order, 8)
+        garr_init(&self.heap, sizeof(HeapItem))
+        garr_init(&self.hbd, 24)
+
+    def __dealloc__(self):
+        garr_free(&self.w_tf)
+        garr_free(&self.w_acc)
+        garr_free(&self.w_bd)
+        garr_free(&self.w_gl)
+        garr_free(&self.w_bits)
+        garr_free(&self.ls)
+        garr_free(&self.goff)
+        garr_free(&self.wub)
+        garr_free(&self.gx)
+        garr_free(&self.gnl)
+        garr_free(&self.gw)
+        garr_free(&self.order)
+        garr_free(&self.heap)
+        garr_free(&self.hbd)
+
+    cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
+                    const uint32_t* gterms, int64_t n_lists, int64_t k) except -1:
+        """Size the arrays for the query and point e at them."""
+        if self.w_tf.len == 0:                        # zeroed once; the loops leave them zero
+            garr_extend(&self.w_tf, IX_WINDOW, True)
+            garr_extend(&self.w_acc, IX_WINDOW, False)
+            garr_extend(&self.w_bd, IX_WINDOW, False)
+            garr_extend(&self.w_gl, IX_WINDOW, False)
+            garr_extend(&self.w_bits, IX_WINDOW // 64, True)
+        garr_reserve(&self.ls, n_lists + 1)
+        garr_reserve(&self.goff, G + 1)
+        garr_reserve(&self.wub, G)
+        garr_reserve(&self.gx, G)
+        garr_reserve(&self.gnl, G)
+        garr_reserve(&self.gw, G)
+        garr_reserve(&self.order, G)
+        garr_reserve(&self.heap, k + 1)
+        garr_reserve(&self.hbd, k + 1)
+        e.q = q
+        e.groups = groups
+        e.G = G
+        e.gterms = gterms
+        e.ls = <LState*>self.ls.data
+        e.goff = <int64_t*>self.goff.data
+        e.wub = <double*>self.wub.data
+        e.gx = <double*>self.gx.data
+        e.gnl = <int32_t*>self.gnl.data
+        e.order = <int64_t*>self.order.data
+        e.gw = <uint32_t*>self.gw.data
+        e.wtf = <uint32_t*>self.w_tf.data
+        e.wacc = <double*>self.w_acc.data
+        e.wbd = <double*>self.w_bd.data
+        e.gl = <uint32_t*>self.w_gl.data
+        e.wbits = <uint64_t*>self.w_bits.data
+        e.heap = <HeapItem*>self.heap.data
+        e.hbd = <double*>self.hbd.data
+        e.nh = 0
+        e.k = k
+        CM_ASSERT(self.ls.cap >= n_lists + 1 and self.heap.cap >= k + 1 and self.hbd.cap >= k + 1)
+        CM_ASSERT(self.w_tf.len == IX_WINDOW and self.w_bits.len == IX_WINDOW // 64)
+        e.theta = -1.0
+        e.peer_theta = NULL
+        e.n_windows_skipped = 0
+        e.n_blocks_skipped = 0
+        e.n_docs_skipped = 0
+        return 0
+
+    cdef int64_t nbytes(self) noexcept:
+        return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
+                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.ls)
+                + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
+                + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)
+                + garr_bytes(&self.heap) + garr_bytes(&self.hbd))
+
+
+cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
+                 const uint32_t* cand, int64_t nc) noexcept nogil:
+    cdef Job job
+    cdef int64_t j
+    if nc >= 0:
+        _run_docs(e, lists, cand, nc)
+    elif e2 != NULL and w != NULL:
+        e.peer_theta = &e2.theta
+        e2.peer_theta = &e.theta
+        job.e = e2
+        job.lists = lists
+        job.window = window
+        job.prune = prune
+        cm_worker_post(w, _run_second_half, &job)
+        _run(e, lists, window, prune, 0, 2)
+        cm_worker_wait(w)
+        for j in range(e2.nh):
+            _offer(e, e2.hbd + 3 * <int64_t>e2.heap[j].i, e2.heap[j].d)
+    else:
+        _run(e, lists, window, prune, 0, 1)
+    _heap_sort(e.q, e.heap, e.nh)
