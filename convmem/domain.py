@@ -49,4 +49,8 @@ RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB of items, keeping room f
 CONTEXT_MESSAGE_CAP = 50  # messages in one context view, the anchor included
 
 MAX_TIMESTAMP_MS = (1 << 48) - 1  # timestamps: 48 bits, as in a ULID
+# Messages and stored versions are numbered in int32 columns (docs/FORMAT.md, "Limits"): a write
+# that would pass these is refused before anything is written (rebuild_index drops old versions).
+MAX_MESSAGES = (1 << 31) - 2
+MAX_VERSIONS = (1 << 31) - 2
 MAX_REVISION = (1 << 32) - 1

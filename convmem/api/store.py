@@ -322,6 +322,7 @@ class MemoryStore:
         with self._mutex:
             self._check_open()
             cat = self._catalog
+            cat.check_room(1, 1)
             clock_before = self._clock.last
             ulid, ts = self._clock.new()
             rec = new_record(ulid, ts, ts, 1, role_i, session, body, meta)
@@ -365,6 +366,7 @@ class MemoryStore:
             body = rec[R_CONTENT] if content is None else content
             if body == rec[R_CONTENT] and meta == old_meta:
                 return {"status": "OK", "changed": False, "message": message(rec)}
+            cat.check_room(0, 1)
             new = new_record(ulid, rec[R_TIMESTAMP], max(now_ms(), rec[R_UPDATED_AT]),
                              rec[R_REVISION] + 1, rec[R_ROLE], rec[R_SESSION_ID], body, meta)
             frame = self._frame(codec.REC_MESSAGE, codec.encode_message(*new))
@@ -636,6 +638,7 @@ class MemoryStore:
                     results.append(exc)
             if not prepared or (all_or_nothing and len(prepared) != len(items)):
                 return results
+            cat.check_room(len(prepared), len(prepared))
             encode_message, encode_record, rtype = codec.encode_message, codec.encode_record, codec.REC_MESSAGE
             seq = cat.last_seq
             frames = [encode_record(rtype, seq + i, encode_message(*rec))

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from .._core import idmap, index as core_index, tokenizer
+from .. import domain
 from ..domain import KINDS
-from ..errors import NOT_FOUND, ConvMemError
+from ..errors import INTERNAL_ERROR, NOT_FOUND, ConvMemError
 from .columns import Column
 from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS,
                    R_REVISION, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
@@ -114,6 +115,16 @@ class Catalog:
             return field_keys(self._read_record(*self.doc_span(doc)))
         except ConvMemError:
             return None, None, None
+
+    def check_room(self, new_messages: int, new_versions: int) -> None:
+        """INTERNAL_ERROR, before anything is written, when the numbering would overflow."""
+        if len(self.ids) + new_messages > domain.MAX_MESSAGES:
+            raise ConvMemError(INTERNAL_ERROR, f"the store holds the most messages its format "
+                                               f"numbers ({domain.MAX_MESSAGES})")
+        if self.index.n_docs + new_versions > domain.MAX_VERSIONS:
+            raise ConvMemError(INTERNAL_ERROR, f"the store holds the most stored versions its "
+                                               f"format numbers ({domain.MAX_VERSIONS}); "
+                                               f"rebuild_index drops replaced and deleted ones")
 
     # -- applying records ------------------------------------------------------------------
     def apply_message(self, rec: Record, offset: int, frame_len: int) -> int:

@@ -556,3 +556,22 @@ def test_sessions_view_representative_is_the_newest_summary_however_far_back(sto
     store.write_message(session_id="other", role="user", content="no summary here")
     other = [x for x in store.read_messages(view="sessions")["sessions"] if x["session_id"] == "other"]
     assert other[0]["representative_summary"] == "no summary here"
+
+
+def test_writes_past_the_numbering_limits_are_refused_before_anything_is_written(store, monkeypatch):
+    from convmem import domain
+    first = write(store, "one")
+    monkeypatch.setattr(domain, "MAX_MESSAGES", 2)
+    monkeypatch.setattr(domain, "MAX_VERSIONS", 3)
+    write(store, "two")
+    size = store.get_system_health()["log_size"]
+    assert code_of(lambda: write(store, "three")) == "INTERNAL_ERROR"
+    store.update_message(message_id=first["message_id"], content="one, updated")  # version 3
+    assert code_of(lambda: store.update_message(message_id=first["message_id"],
+                                                content="again")) == "INTERNAL_ERROR"
+    with pytest.raises(ConvMemError) as err:  # a batch is refused whole
+        store.import_message_batch([{"session_id": "s", "role": "user", "content": "x"}])
+    assert err.value.code == "INTERNAL_ERROR" and "most messages" in err.value.message
+    h = store.get_system_health()
+    assert h["active_messages"] == 2 and h["log_size"] > size  # (only the update was written)
+    assert h["last_sequence"] == 3
