@@ -29,7 +29,8 @@ from ..catalog.docs import (R_CONTENT, R_RELATIONS, R_REVISION, R_ROLE, R_SESSIO
                             R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare,
                             tag_hashes)
 from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
-                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_SESSION_BYTES,
+                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_REVISION,
+                      MAX_SESSION_BYTES,
                       MIN_IMPORTANCE, RELATION_DEPTH, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT, VIEWS)
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
@@ -367,6 +368,9 @@ class MemoryStore:
             if body == rec[R_CONTENT] and meta == old_meta:
                 return {"status": "OK", "changed": False, "message": message(rec)}
             cat.check_room(0, 1)
+            if rec[R_REVISION] >= MAX_REVISION:
+                raise ConvMemError(INTERNAL_ERROR, f"the message is at the highest revision the "
+                                                   f"format stores ({MAX_REVISION})")
             new = new_record(ulid, rec[R_TIMESTAMP], max(now_ms(), rec[R_UPDATED_AT]),
                              rec[R_REVISION] + 1, rec[R_ROLE], rec[R_SESSION_ID], body, meta)
             frame = self._frame(codec.REC_MESSAGE, codec.encode_message(*new))

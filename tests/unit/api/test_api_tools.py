@@ -575,3 +575,13 @@ def test_writes_past_the_numbering_limits_are_refused_before_anything_is_written
     h = store.get_system_health()
     assert h["active_messages"] == 2 and h["log_size"] > size  # (only the update was written)
     assert h["last_sequence"] == 3
+
+
+def test_update_at_the_highest_revision_is_refused_cleanly(store):
+    (err,) = store.import_message_batch([{"session_id": "s", "role": "user", "content": "old",
+                                           "revision": (1 << 32) - 1}])
+    assert err is None
+    mid = store.read_messages(session_id="s")["history"][0]["message_id"]
+    size = store.get_system_health()["log_size"]
+    assert code_of(lambda: store.update_message(message_id=mid, content="new")) == "INTERNAL_ERROR"
+    assert store.get_system_health()["log_size"] == size
