@@ -43,13 +43,18 @@ def pytest_configure(config) -> None:
 
 def pytest_addoption(parser) -> None:
     parser.addoption("--run-slow", action="store_true", help="also run the long soak tests")
+    parser.addoption("--run-syscall-faults", action="store_true",
+                     help="also run the fault injection at system calls (needs strace, and root "
+                          "for the tmpfs)")
+
+
+OPT_IN = {"slow": "--run-slow", "syscall_faults": "--run-syscall-faults"}
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    # Soak tests are opt-in: deselected (not skipped) unless --run-slow is given.
-    if config.getoption("--run-slow"):
-        return
-    keep = [item for item in items if "slow" not in item.keywords]
+    # Soak and system-call fault tests are opt-in: deselected (not skipped) unless asked for.
+    off = [mark for mark, option in OPT_IN.items() if not config.getoption(option)]
+    keep = [item for item in items if not any(mark in item.keywords for mark in off)]
     if len(keep) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if "slow" in i.keywords])
+        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
         items[:] = keep

@@ -30,9 +30,13 @@ class DirLock:
         except OSError as exc:
             os.close(fd)
             raise ConvMemError(IO_ERROR, f"cannot lock {self.path}: {exc.strerror or exc}") from exc
-        # The pid is informational (the flock is the lock): rewrite it in place.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        # The pid is informational (the flock is the lock): rewrite it in place, best effort
+        # (a full disk or a failing write must not stop the owner from opening).
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError:
+            pass
         self._fd: int | None = fd
 
     def release(self) -> None:
