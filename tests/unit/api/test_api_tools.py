@@ -585,3 +585,17 @@ def test_update_at_the_highest_revision_is_refused_cleanly(store):
     size = store.get_system_health()["log_size"]
     assert code_of(lambda: store.update_message(message_id=mid, content="new")) == "INTERNAL_ERROR"
     assert store.get_system_health()["log_size"] == size
+
+
+def test_import_counters_at_their_format_limits(store):
+    top_ts, top_rev = (1 << 48) - 1, (1 << 32) - 1
+    ok = {"session_id": "s", "role": "user", "content": "edge", "timestamp": top_ts,
+          "updated_at": top_ts, "revision": top_rev}
+    assert store.import_message_batch([ok]) == [None]
+    msg = store.read_messages(session_id="s")["history"][0]
+    assert (msg["timestamp"], msg["updated_at"], msg["revision"]) == (top_ts, top_ts, top_rev)
+    for field, value in (("timestamp", top_ts + 1), ("updated_at", top_ts + 1),
+                         ("revision", top_rev + 1), ("revision", 0), ("timestamp", -1)):
+        (err,) = store.import_message_batch([{**ok, field: value}])
+        assert err is not None and err.code == "VALIDATION_ERROR" and field in err.message
+    assert store.get_system_health()["active_messages"] == 1
