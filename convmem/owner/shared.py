@@ -1,0 +1,292 @@
+"""SharedStore: one memory for every convmem process on a data directory.
+
+The first process that opens a data directory owns the store (it holds the LOCK and has the
+MemoryStore) and serves it to the others through the directory's socket (listener.py). Every
+later process attaches to that socket and relays its calls there. There is no daemon: the owner
+is one of the processes a user started, and when it ends (its host closed it, it was killed),
+the attached processes take over: the first to get the lock reopens the store from disk (the
+usual recovery) and serves the rest, who reconnect. Once every process is gone, nothing holds
+the store. docs/SERVER.md, "One store, many processes", says why this design.
+
+A call in flight when the owner ends: a read is run again on the new owner (it changes
+nothing); a write gets BUSY saying it may or may not have been applied (it is never sent twice:
+the caller reads before retrying). SharedStore has MemoryStore's tool methods, bulk import,
+export and checkpoint, so the servers and the CLI use it unchanged.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from ..errors import BUSY, ConvMemError
+from . import protocol
+from .listener import EXPORT_PAGE, OwnerListener
+
+log = logging.getLogger("convmem")
+
+ATTACH_SECONDS = 60.0  # how long to wait for an owner that is opening (recovering) the store
+READ_OPS = frozenset({"read_messages", "search_messages", "get_system_health", "hello"})
+IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # a relayed import batch stays well under the frame limit
+
+
+class SharedStore:
+    """The store of a data directory, owned here or by another convmem process."""
+
+    def __init__(self, directory: Path, *, attach_seconds: float = ATTACH_SECONDS) -> None:
+        self.directory = Path(directory)
+        self._attach_seconds = attach_seconds
+        self._lock = threading.RLock()  # one relayed request at a time on the connection
+        self._ids = itertools.count(1)
+        self._local: Any = None  # the MemoryStore, while this process owns it
+        self._listener: OwnerListener | None = None
+        self._sock: socket.socket | None = None
+        self._closed = False
+        self._attach()
+
+    @classmethod
+    def open(cls, directory: str | os.PathLike[str], **kwargs: Any) -> "SharedStore":
+        return cls(Path(directory), **kwargs)
+
+    # -- ownership -----------------------------------------------------------------------
+    @property
+    def is_owner(self) -> bool:
+        return self._local is not None
+
+    @property
+    def local_store(self) -> Any:
+        """The MemoryStore while this process owns the store, else None."""
+        return self._local
+
+    def _attach(self) -> None:
+        """Connect to the owner, or become it: whichever comes first."""
+        from ..api import MemoryStore  # (numpy and the core: only when needed)
+
+        deadline = time.monotonic() + self._attach_seconds
+        pause = 0.005
+        while True:
+            sock = self._connect()
+            if sock is not None:
+                self._sock = sock
+                return
+            try:
+                store = MemoryStore.open(self.directory)
+            except ConvMemError as exc:
+                if exc.code != BUSY:
+                    raise
+                # Another process holds the lock and is not serving yet (it is opening the
+                # store): wait for its socket.
+                if time.monotonic() > deadline:
+                    raise ConvMemError(BUSY, f"the data directory is held by a process that does not "
+                                             f"serve it ({exc.message})") from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.1)
+                continue
+            listener = OwnerListener(store, self.directory)
+            try:
+                listener.start()
+            except OSError as exc:
+                store.close()
+                raise ConvMemError(BUSY, f"cannot serve the store to other processes: "
+                                         f"{exc.strerror or exc}") from exc
+            self._local, self._listener = store, listener
+            log.info("convmem: this process (pid %d) owns %s", os.getpid(), self.directory)
+            return
+
+    def _connect(self) -> socket.socket | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            with protocol.socket_address(self.directory) as address:
+                sock.connect(address)
+            protocol.send(sock, {"id": 0, "op": "hello", "args": {}})
+            answer = protocol.receive(sock)
+            if answer is None or "ok" not in answer:
+                raise ConnectionError("no answer to hello")
+        except (OSError, protocol.ProtocolError):
+            sock.close()
+            return None
+        return sock
+
+    def _drop_connection(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            self._sock = None
+
+    # -- calls ---------------------------------------------------------------------------
+    def _call(self, op: str, args: dict[str, Any]) -> Any:
+        with self._lock:
+            if self._closed:
+                raise ConvMemError("INTERNAL_ERROR", "the store is closed")
+            for attempt in range(3):
+                if self._local is not None:
+                    return self._run_local(op, args)
+                if self._sock is None or not _alive(self._sock):
+                    self._drop_connection()
+                    self._attach()
+                    continue
+                try:
+                    return self._relay(op, args)
+                except _NotSent:
+                    # The owner had gone before the request reached it: nothing was run.
+                    self._drop_connection()
+                    self._attach()
+                except _NoAnswer:
+                    self._drop_connection()
+                    self._attach()
+                    if op not in READ_OPS or attempt == 2:
+                        raise ConvMemError(BUSY, "the process that owned the store ended during "
+                                                 "this call, which may or may not have been "
+                                                 "applied; the store is served again: read "
+                                                 "before retrying") from None
+                    # a read changes nothing: it runs again on the new owner
+            raise ConvMemError(BUSY, "the store's owner keeps ending; try again")
+
+    def _run_local(self, op: str, args: dict[str, Any]) -> Any:
+        store = self._local
+        if op == "import_message_batch":
+            return store.import_message_batch(args["items"], all_or_nothing=args.get("all_or_nothing", False))
+        return getattr(store, op)(**args)
+
+    def _relay(self, op: str, args: dict[str, Any]) -> Any:
+        assert self._sock is not None
+        rid = next(self._ids)
+        try:
+            protocol.send(self._sock, {"id": rid, "op": op, "args": args})
+        except OSError as exc:
+            raise _NotSent from exc
+        try:
+            answer = protocol.receive(self._sock)
+        except (OSError, protocol.ProtocolError) as exc:
+            raise _NoAnswer from exc
+        if answer is None or answer.get("id") != rid:
+            raise _NoAnswer
+        if "error" in answer:
+            err = answer["error"]
+            raise ConvMemError(err["code"], err["message"])
+        return answer.get("ok")
+
+    # -- MemoryStore's methods -----------------------------------------------------------
+    def write_message(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("write_message", kwargs)
+
+    def update_message(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("update_message", kwargs)
+
+    def read_messages(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("read_messages", kwargs)
+
+    def search_messages(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("search_messages", kwargs)
+
+    def delete_message(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("delete_message", kwargs)
+
+    def rebuild_index(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("rebuild_index", kwargs)
+
+    def get_system_health(self, **kwargs: Any) -> dict[str, Any]:
+        return self._call("get_system_health", kwargs)
+
+    def checkpoint(self) -> None:
+        self._call("checkpoint", {})
+
+    def import_message_batch(self, items: list[dict[str, Any]], *,
+                             all_or_nothing: bool = False) -> list[ConvMemError | None]:
+        if self.is_owner:
+            return self._call("import_message_batch", {"items": items, "all_or_nothing": all_or_nothing})
+        out: list[ConvMemError | None] = []
+        for part in _by_size(items, IMPORT_BATCH_BYTES) if not all_or_nothing else [items]:
+            answers = self._call("import_message_batch", {"items": part, "all_or_nothing": all_or_nothing})
+            out += [None if a is None else ConvMemError(a["code"], a["message"]) for a in answers]
+        return out
+
+    def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
+        total = 0
+        batch: list[dict[str, Any]] = []
+        for item in items:
+            batch.append(item)
+            if len(batch) >= batch_size:
+                total += self._import_strict(batch)
+                batch = []
+        if batch:
+            total += self._import_strict(batch)
+        self.checkpoint()
+        return total
+
+    def _import_strict(self, batch: list[dict[str, Any]]) -> int:
+        for err in self.import_message_batch(batch, all_or_nothing=True):
+            if err is not None:
+                raise err
+        return len(batch)
+
+    def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
+        if self.is_owner:
+            yield from self._local.export_messages(session_id)
+            return
+        key = self._call("export_start", {"session_id": session_id})
+        while True:
+            page = self._call("export_next", {"export": key})
+            yield from page
+            if len(page) < EXPORT_PAGE:
+                return
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._listener is not None:
+                self._listener.stop()
+                self._listener = None
+            if self._local is not None:
+                self._local.close()
+                self._local = None
+            self._drop_connection()
+
+    def __enter__(self) -> "SharedStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _NotSent(Exception):
+    """The connection failed before the whole request was sent: the owner ran nothing."""
+
+
+class _NoAnswer(Exception):
+    """The request was sent, but no answer came: the owner may or may not have run it."""
+
+
+def _alive(sock: socket.socket) -> bool:
+    """Whether the owner's end is still open (an owner that stopped has closed it: EOF)."""
+    try:
+        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _by_size(items: list[dict[str, Any]], limit: int) -> Iterator[list[dict[str, Any]]]:
+    """Consecutive parts of `items` of at most `limit` bytes of content each (at least one item)."""
+    part: list[dict[str, Any]] = []
+    size = 0
+    for item in items:
+        n = 6 * len(str(item.get("content", ""))) + 1024 if isinstance(item, dict) else 1024
+        if part and size + n > limit:
+            yield part
+            part, size = [], 0
+        part.append(item)
+        size += n
+    if part:
+        yield part
