@@ -55,13 +55,15 @@ def _fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
 
 def _open_store(data_dir: Path) -> Any:
-    from convmem.api import MemoryStore
+    """The data directory's store: owned by this process, or relayed to the convmem process
+    that owns it (every command works while agents run; see convmem/owner)."""
+    from convmem.owner import SharedStore
 
     try:
-        return MemoryStore.open(data_dir)
+        return SharedStore.open(data_dir)
     except ConvMemError as exc:
         if exc.code == "BUSY":
-            _fail(f"BUSY: the data directory {data_dir} is in use by another convmem process ({exc.message})")
+            _fail(f"BUSY: {data_dir}: {exc.message}")
         where = "" if str(data_dir) in exc.message else f"cannot open {data_dir}: "
         _fail(f"{exc.code}: {where}{exc.message}")
 

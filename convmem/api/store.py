@@ -63,14 +63,14 @@ class MemoryStore:
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "MemoryStore":
-        return cls(Path(path))
+    def open(cls, path: str | os.PathLike[str], *, lock_note: str = "") -> "MemoryStore":
+        return cls(Path(path), lock_note=lock_note)
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, lock_note: str = "") -> None:
         self._mutex = threading.RLock()
         self.directory = directory
         prepare_data_dir(directory)
-        self._dirlock = DirLock(directory)
+        self._dirlock = DirLock(directory, lock_note)
         try:
             with self._mutex:  # a background verifier started by _open waits for it to finish
                 self._open()

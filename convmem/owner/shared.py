@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BUSY, ConvMemError
+from ..store.lock import SHARED_NOTE, holder
 from . import protocol
 from .listener import EXPORT_PAGE, OwnerListener
 
@@ -76,12 +77,17 @@ class SharedStore:
                 self._sock = sock
                 return
             try:
-                store = MemoryStore.open(self.directory)
+                store = MemoryStore.open(self.directory, lock_note=SHARED_NOTE)
             except ConvMemError as exc:
                 if exc.code != BUSY:
                     raise
-                # Another process holds the lock and is not serving yet (it is opening the
-                # store): wait for its socket.
+                pid, note = holder(self.directory)
+                if note != SHARED_NOTE and pid is not None:
+                    # A program that opened the store directly: it will never serve it.
+                    raise ConvMemError(BUSY, f"the data directory is in use by process {pid}, "
+                                             f"which does not share it") from None
+                # A convmem process holds it and is opening the store (recovery): wait for its
+                # socket.
                 if time.monotonic() > deadline:
                     raise ConvMemError(BUSY, f"the data directory is held by a process that does not "
                                              f"serve it ({exc.message})") from None

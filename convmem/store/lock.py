@@ -11,10 +11,16 @@ from .io import open_file
 LOCK_NAME = "LOCK"
 
 
-class DirLock:
-    """Holds `LOCK` in a data directory until `release()`; a second holder gets BUSY at once."""
+SHARED_NOTE = "shared"  # the holder serves the store on the directory's socket (convmem/owner)
 
-    def __init__(self, directory: Path) -> None:
+
+class DirLock:
+    """Holds `LOCK` in a data directory until `release()`; a second holder gets BUSY at once.
+
+    The file says who holds it: the pid, and `note` (SHARED_NOTE when the holder serves the
+    store to other processes, so that they know whether waiting for its socket makes sense)."""
+
+    def __init__(self, directory: Path, note: str = "") -> None:
         self.path = directory / LOCK_NAME
         try:
             fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
@@ -34,7 +40,7 @@ class DirLock:
         # (a full disk or a failing write must not stop the owner from opening).
         try:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()}\n{note}\n".encode(), 0)
         except OSError:
             pass
         self._fd: int | None = fd
@@ -47,8 +53,26 @@ class DirLock:
 
 
 def _read_pid(fd: int) -> int | None:
+    pid, _ = _read_holder(fd)
+    return pid
+
+
+def _read_holder(fd: int) -> tuple[int | None, str]:
     try:
-        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-        return int(text) if text.isdigit() else None
+        lines = os.pread(fd, 64, 0).decode("ascii", "replace").split("\n")
     except OSError:
-        return None
+        return None, ""
+    pid = int(lines[0]) if lines[0].strip().isdigit() else None
+    return pid, lines[1].strip() if len(lines) > 1 else ""
+
+
+def holder(directory: Path) -> tuple[int | None, str]:
+    """(pid, note) of the lock's holder as its file says (None, "" when unknown)."""
+    try:
+        fd = os.open(directory / LOCK_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None, ""
+    try:
+        return _read_holder(fd)
+    finally:
+        os.close(fd)

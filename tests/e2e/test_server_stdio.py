@@ -126,22 +126,6 @@ def test_stdout_carries_only_jsonrpc(raw: RawStdioServer) -> None:
     raw.assert_clean_stdout()
 
 
-def test_second_server_on_the_same_directory_is_busy(raw: RawStdioServer, tmp_path: Path) -> None:
-    data_dir = Path(raw.proc.args[raw.proc.args.index("--data-dir") + 1])  # type: ignore[union-attr]
-    done = subprocess.run(
-        convmem_cmd("serve", "--data-dir", str(data_dir)),
-        stdin=subprocess.PIPE,
-        capture_output=True,
-        env=child_env(),
-        cwd=PACKAGE_ROOT,
-        timeout=ANSWER_TIMEOUT,
-    )
-    assert done.returncode != 0
-    assert b"BUSY" in done.stderr
-    assert done.stdout == b""
-    assert raw.health()["status"] == "OK"
-
-
 def test_terminal_start_explains_itself_on_stderr(tmp_path: Path) -> None:
     controller, terminal = pty.openpty()
     try:
