@@ -13,14 +13,12 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
 from .app import build_server
+from .limits import MAX_REQUEST_BODY
 from .tokens import StaticTokenVerifier, Token
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-# A 1 MiB content may be up to 6 MiB once JSON-escaped (\u0001 per control byte), plus metadata
-# and the envelope; the SDK's default 4 MiB cap would refuse valid writes.
-MAX_REQUEST_BODY = 16 * 1024 * 1024
 
 
 class InsecureBindError(ValueError):
