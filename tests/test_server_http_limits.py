@@ -339,3 +339,31 @@ def test_connection_cap_stays_below_the_descriptor_limit() -> None:
         cap = connection_cap(soft)
         assert 8 <= cap <= min(soft - 160, MAX_CONNECTIONS_CEILING) or soft <= 168
     assert connection_cap(1024) == 768
+
+
+def test_client_triggered_logs_are_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
+    """Accept errors (asyncio) and per-connection warnings (uvicorn) are written at most 5 times
+    per message per 10 s; the next one let through counts those suppressed."""
+    import logging
+
+    from convmem.server.http import _LOG_LIMIT, _RATE_LIMITED_LOGGERS, RateLimitedLog, rate_limit_client_triggered_logs
+
+    rate_limit_client_triggered_logs()
+    rate_limit_client_triggered_logs()  # idempotent
+    try:
+        log = logging.getLogger("asyncio")
+        assert sum(isinstance(f, RateLimitedLog) for f in log.filters) == 1
+        with caplog.at_level(logging.WARNING):
+            for _ in range(1000):
+                log.error("socket.accept() out of system resource")
+                logging.getLogger("uvicorn.error").warning("Invalid HTTP request received.")
+        assert len(caplog.records) == 10
+    finally:  # this process is the test runner: leave its loggers as they were
+        for name in _RATE_LIMITED_LOGGERS:
+            logging.getLogger(name).removeFilter(_LOG_LIMIT)
+
+    limiter = RateLimitedLog(burst=2, interval=0.2)
+    record = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "accept failed", None, None)
+    assert [limiter.filter(record) for _ in range(5)] == [True, True, False, False, False]
+    time.sleep(0.25)
+    assert limiter.filter(record) and "3 similar messages suppressed" in record.msg
