@@ -38,7 +38,7 @@ resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 import convmem.server.http as h
 h.HEADER_TIMEOUT = 1.5
 h.BODY_TIMEOUT = 2.0
-h.IDLE_TIMEOUT = 3.0
+h.IDLE_TIMEOUT = 2.0
 h.SHUTDOWN_GRACE = 1.0
 h.WRITE_STALL_TIMEOUT = 1.0
 h.FORCE_EXIT_AFTER = 6.0
@@ -197,7 +197,7 @@ def test_a_client_that_does_not_read_its_response_is_cut_off(fast_server: HttpSe
         f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
     with sock:
         sock.sendall(head.encode() + read)
-        time.sleep(4)  # read nothing meanwhile
+        time.sleep(3)  # read nothing meanwhile (the stall is noticed after 1 s, acted on after 2 s)
         data, _ = read_until_closed(sock, 10)
     assert data.startswith(b"HTTP/1.1 200")
     assert len(data) < 7_000_000  # cut off: the whole answer never left the server
@@ -367,3 +367,15 @@ def test_client_triggered_logs_are_rate_limited(caplog: pytest.LogCaptureFixture
     assert [limiter.filter(record) for _ in range(5)] == [True, True, False, False, False]
     time.sleep(0.25)
     assert limiter.filter(record) and "3 similar messages suppressed" in record.msg
+
+
+def test_sigterm_right_after_the_banner_ends_the_server(tmp_path: Path) -> None:
+    """A signal that arrives before uvicorn installs its handlers (just after the URL is
+    announced) must not be lost: the server once ran on, deaf, until killed."""
+    for attempt in range(3):
+        server = HttpServer(tmp_path / f"data{attempt}", prelude=FAST)
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            assert server.proc.wait(timeout=10) == 0
+        finally:
+            server.close()

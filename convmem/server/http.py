@@ -600,10 +600,11 @@ def serve_http(
         backlog=ACCEPT_BURST,
     )
     server = _Server(config)
+    # Before the URL is announced: a signal that arrives before uvicorn installs its own handlers
+    # must still stop the server. uvicorn re-raises the signal that stopped it once it is done;
+    # with this handler that returns here, so the caller closes the store and exits normally.
+    previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGTERM, signal.SIGINT)}
     announce(f"http://{_url_host(host)}:{actual_port}{MCP_PATH}")
-    # uvicorn re-raises the signal that stopped it once it is done; with these handlers that
-    # returns here, so the caller closes the store and exits normally.
-    previous = {sig: signal.signal(sig, lambda signum, frame: None) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:
