@@ -328,6 +328,49 @@ def test_session_guard_refuses_a_foreign_principal_by_itself() -> None:
     assert len(reached) == 3  # the refused two never reached the SDK
 
 
+def test_session_guard_forgets_sessions_without_the_sdk_attribute() -> None:
+    """Should the SDK's session table be missing, a DELETE answered 2xx or the idle timeout ends
+    a session in SessionGuard's count, so a token is never locked out for good."""
+    import anyio
+
+    from convmem.server.http import SessionGuard
+
+    ids = iter(f"s-{n}".encode() for n in range(100))
+
+    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
+        headers = [] if any(k == b"mcp-session-id" for k, _ in scope["headers"]) else [(b"mcp-session-id", next(ids))]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    guard = SessionGuard(app, object(), per_principal=2, idle_timeout=0.3)
+
+    async def request(method: str, session: bytes | None = None) -> int:
+        sent = []
+
+        async def send(message):  # type: ignore[no-untyped-def]
+            sent.append(message)
+
+        async def receive():  # type: ignore[no-untyped-def]
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        headers = [(b"mcp-session-id", session)] if session else []
+        await guard({"type": "http", "method": method, "headers": headers}, receive, send)
+        return sent[0]["status"]
+
+    async def scenario() -> None:
+        assert [await request("POST") for _ in range(3)] == [200, 200, 429]
+        assert await request("DELETE", b"s-0") == 200
+        assert await request("POST") == 200  # s-2
+        assert await request("POST") == 429
+        await anyio.sleep(0.2)
+        assert await request("POST", b"s-2") == 200  # keeps s-2 alive
+        await anyio.sleep(0.2)
+        assert await request("POST") == 200  # s-1 expired, s-2 did not
+        assert await request("POST") == 429
+
+    anyio.run(scenario)
+
+
 def test_loopback_with_tokens_does_not_warn(token_server: HttpServer) -> None:
     assert b"user boundary" not in b"".join(token_server.stderr_lines)
 

@@ -379,14 +379,21 @@ class SessionGuard:
 
     The SDK (2.3.0) binds sessions to the token's client_id too; this is the same check in
     convmem's own layer, so it holds whatever the SDK does. Sessions end when the SDK forgets
-    them (DELETE, the idle timeout); the live set is read from the session manager.
+    them (DELETE, the idle timeout); the live set is read from the session manager (a private
+    attribute of the pinned SDK). Should it be missing, a session is forgotten after a DELETE
+    answered 2xx or `idle_timeout` seconds without a request, so a token is never locked out
+    for good.
     """
 
-    def __init__(self, app: Any, manager: Any, per_principal: int = MAX_SESSIONS_PER_PRINCIPAL) -> None:
+    def __init__(
+        self, app: Any, manager: Any, per_principal: int = MAX_SESSIONS_PER_PRINCIPAL, idle_timeout: float = SESSION_IDLE_TIMEOUT
+    ) -> None:
         self.app = app
         self.manager = manager
         self.per_principal = per_principal
+        self.idle_timeout = idle_timeout
         self.owners: dict[str, str | None] = {}
+        self.last_seen: dict[str, float] = {}
 
     @staticmethod
     def principal(scope: Any) -> str | None:
@@ -395,11 +402,19 @@ class SessionGuard:
             return user.access_token.client_id
         return None
 
+    def _forget(self, sid: str) -> None:
+        self.owners.pop(sid, None)
+        self.last_seen.pop(sid, None)
+
     def _prune(self) -> None:
         live = getattr(self.manager, "_server_instances", None)
-        if live is not None:
-            for sid in [sid for sid in self.owners if sid not in live]:
-                del self.owners[sid]
+        if isinstance(live, dict):
+            gone = [sid for sid in self.owners if sid not in live]
+        else:
+            cutoff = time.monotonic() - self.idle_timeout
+            gone = [sid for sid in self.owners if self.last_seen.get(sid, 0.0) < cutoff]
+        for sid in gone:
+            self._forget(sid)
 
     def open_sessions(self, principal: str | None) -> int:
         self._prune()
@@ -427,7 +442,24 @@ class SessionGuard:
                 # Answered exactly as for a session that does not exist.
                 await _json_error(404, "Session not found")(scope, receive, send)
                 return
-            await self.app(scope, receive, send)
+            if session_id not in self.owners:
+                await self.app(scope, receive, send)
+                return
+            self.last_seen[session_id] = time.monotonic()
+            status = 0
+
+            async def watching_send(message: Any) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            try:
+                await self.app(scope, receive, watching_send)
+            finally:
+                self.last_seen[session_id] = time.monotonic()
+                if scope.get("method") == "DELETE" and 200 <= status < 300:
+                    self._forget(session_id)
             return
         if scope.get("method") != "POST" or (version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS):
             # Only a POST of the handshake era opens a session (2026-07-28 requests have none).
@@ -447,7 +479,9 @@ class SessionGuard:
             if message["type"] == "http.response.start" and message["status"] < 400:
                 for name, value in message.get("headers", []):
                     if name.lower() == b"mcp-session-id":
-                        self.owners[value.decode("latin-1")] = principal
+                        sid = value.decode("latin-1")
+                        self.owners[sid] = principal
+                        self.last_seen[sid] = time.monotonic()
             await send(message)
 
         await self.app(scope, receive, registering_send)
@@ -518,7 +552,9 @@ def build_http_app(store: Any, version: str, host: str, port: int, tokens: list[
     )
     # Appended, so it runs after the authentication middleware has set scope["user"].
     manager = server._session_manager  # type: ignore[attr-defined]
-    app.user_middleware.append(Middleware(SessionGuard, manager=manager, per_principal=MAX_SESSIONS_PER_PRINCIPAL))
+    app.user_middleware.append(
+        Middleware(SessionGuard, manager=manager, per_principal=MAX_SESSIONS_PER_PRINCIPAL, idle_timeout=SESSION_IDLE_TIMEOUT)
+    )
     return BodyBudget(app, MAX_BUFFERED_BODIES)
 
 
