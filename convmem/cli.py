@@ -126,7 +126,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
             def announce(url: str) -> None:
                 scopes = "bearer tokens required" if tokens else "no tokens, loopback only"
-                sys.stderr.write(f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n")
+                text = f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n"
+                if not tokens:
+                    text += (
+                        "convmem: WARNING: loopback is not a user boundary: every local user and process "
+                        "that can connect to this port can read and change this memory. Use --tokens-file "
+                        "on a shared machine (an owner-only Unix socket is planned).\n"
+                    )
+                sys.stderr.write(text)
                 sys.stderr.flush()
 
             try:

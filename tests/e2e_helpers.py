@@ -218,9 +218,15 @@ _URL_LINE = re.compile(rb"Streamable HTTP at (http://\S+)")
 class HttpServer:
     """`convmem serve --transport http --port 0`; the URL is read from its stderr banner."""
 
-    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None, prelude: str = "") -> None:
+        """`prelude`: Python run in the child before the command line (to lower limits in tests)."""
+        args = ("serve", "--data-dir", str(data_dir), "--transport", "http", "--port", "0", *extra_args)
+        command = convmem_cmd(*args)
+        if prelude:
+            script = f"{prelude}\nimport sys\nfrom convmem.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"
+            command = [sys.executable, "-c", script, *args]
         self.proc = subprocess.Popen(
-            convmem_cmd("serve", "--data-dir", str(data_dir), "--transport", "http", "--port", "0", *extra_args),
+            command,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

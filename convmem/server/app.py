@@ -1,11 +1,14 @@
 """The MCP server object: tools/list and tools/call over a MemoryStore, transport-agnostic.
 
-Where tool calls run: the read tools (search, read, health) are quick and synchronous (their
-only I/O is reading a few records, from the page cache unless it is cold), so they run on the
-event loop itself, sparing a worker-thread round trip each (~0.07 ms). Writes (fdatasync) and
-rebuild_index (seconds) run in worker threads so the loop keeps reading and answering meanwhile.
-The store serialises calls with one lock; a read that arrives while a threaded call is in flight
-also goes to a thread, so the loop never waits for that lock.
+Where tool calls run: a read whose cost is small by a bound computed from its arguments (see
+`cheap_read`: a short search query with the default limit and no context, a content or context
+view, a history page of at most 100 messages, health) runs on the event loop itself, sparing a
+worker-thread round trip (~0.07 ms). Every other read (a long query: ~70 ms for 4 KB of common
+terms at 100k messages; the sessions view, whose representative scan walks back through each
+session), every write (fdatasync) and rebuild_index (seconds) runs in a worker thread, so the
+loop keeps reading and answering other clients meanwhile. The store serialises calls with one
+lock; a read that arrives while a threaded call is in flight also goes to a thread, so the loop
+never waits for that lock.
 
 How a tools/call answer is built: on handshake-era connections (protocol versions up to
 2025-11-25, what hosts use with `initialize`) a server middleware answers well-formed calls with
@@ -97,8 +100,49 @@ _PLAIN_VERSIONS = _versions_answered_plainly()
 _PLAIN_PARAMS = frozenset({"name", "arguments"})
 
 
+# Bounds under which a read runs on the event loop. Search costs grow with the number of query
+# terms (each term's postings are walked): at 100k messages 64 bytes of the most common words
+# (18 terms) take ~4 ms, 4 KB (670 terms) ~70 ms. Results are bounded by the 8 MiB response
+# budget whatever the arguments.
+LOOP_QUERY_BYTES = 64
+LOOP_SEARCH_LIMIT = 20  # the default
+LOOP_HISTORY_LIMIT = 100  # the default
+_LOOP_VIEWS = frozenset({"content", "context"})  # at most 64 KiB / 50 messages
+
+
+def _small_int(value: object, default: int, bound: int) -> bool:
+    if value is None:
+        return default <= bound
+    return type(value) is int and value <= bound
+
+
+def cheap_read(name: str, arguments: Mapping[str, Any] | None) -> bool:
+    """Whether read tool `name` is cheap enough for the event loop, judged from its arguments
+    alone (anything unexpected counts as not cheap: it then costs one thread round trip)."""
+    if name == "get_system_health":
+        return True
+    args: Mapping[str, Any] = arguments if arguments is not None else {}
+    if not isinstance(args, Mapping):
+        return False
+    if name == "search_messages":
+        query = args.get("query")
+        return (
+            isinstance(query, str)
+            and len(query) <= LOOP_QUERY_BYTES
+            and len(query.encode("utf-8", "surrogatepass")) <= LOOP_QUERY_BYTES
+            and _small_int(args.get("limit"), 20, LOOP_SEARCH_LIMIT)
+            and _small_int(args.get("context_size"), 0, 0)
+        )
+    if name == "read_messages":
+        view = args.get("view")
+        if view is None or view == "history":
+            return _small_int(args.get("limit"), 100, LOOP_HISTORY_LIMIT)
+        return isinstance(view, str) and view in _LOOP_VIEWS
+    return False
+
+
 class ToolCalls:
-    """Runs tool calls on the store: read tools on the event loop while no call is in a worker
+    """Runs tool calls on the store: cheap reads on the event loop while no call is in a worker
     thread, everything else in worker threads (see the module docstring)."""
 
     def __init__(self, store: Any) -> None:
@@ -110,7 +154,7 @@ class ToolCalls:
         try:
             if name in TOOLS_BY_NAME and name not in READ_TOOL_NAMES and not _may_write(ctx):
                 return error_outcome(VALIDATION_ERROR, f"{name} needs a write token; this token may only read")
-            if name in READ_TOOL_NAMES and not self._threaded:
+            if name in READ_TOOL_NAMES and not self._threaded and cheap_read(name, arguments):
                 return run_tool(self._store, name, arguments)
             self._threaded += 1
             try:

@@ -3,11 +3,17 @@
 File format, one token per line: `read TOKEN` or `write TOKEN`; blank lines and lines starting
 with `#` are ignored. Anything else is an error at startup (a typo must not silently lock a client
 out or, worse, grant it the wrong scope).
+
+The file must be private, as ssh requires of a private key: a tokens file that its group or
+others may read or write, or that belongs to another user (root excepted), is refused at startup
+with its mode in the message (`chmod 600 FILE` fixes it). Anyone who can read it can use the
+tokens; anyone who can write it can add one.
 """
 from __future__ import annotations
 
 import hmac
 import os
+import stat
 from dataclasses import dataclass
 
 from mcp.server.auth.provider import AccessToken
@@ -51,10 +57,28 @@ def parse_tokens(text: str) -> list[Token]:
     return tokens
 
 
+def check_private(path: str | os.PathLike[str], st: os.stat_result) -> None:
+    """Refuse a tokens file that other users may read or write (TokensFileError)."""
+    if os.name != "posix":
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise TokensFileError(f"tokens file {path} is not a regular file")
+    loose = stat.S_IMODE(st.st_mode) & 0o077
+    if loose:
+        raise TokensFileError(
+            f"tokens file {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o}): "
+            f"anyone who can read it can use its tokens; run 'chmod 600 {path}'"
+        )
+    if st.st_uid not in (os.geteuid(), 0):
+        raise TokensFileError(f"tokens file {path} belongs to another user (uid {st.st_uid}); it must be yours")
+
+
 def load_tokens(path: str | os.PathLike[str]) -> list[Token]:
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            # Checked on the open file, so a file swapped in after the check cannot be read.
+            check_private(path, os.fstat(f.fileno()))
+            text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TokensFileError(f"cannot read tokens file: {exc}") from exc
     return parse_tokens(text)

@@ -42,6 +42,7 @@ def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpServe
     base = tmp_path_factory.mktemp("http-tokens")
     tokens = base / "tokens"
     tokens.write_text(f"# who may do what\n\nread {READ_TOKEN}\n  write   {WRITE_TOKEN}  \n")
+    tokens.chmod(0o600)
     server = HttpServer(base / "data", "--tokens-file", str(tokens))
     yield server
     assert server.close() == b""
@@ -134,6 +135,7 @@ def test_non_loopback_bind_without_tokens_is_refused(tmp_path: Path) -> None:
 def test_malformed_tokens_file_is_a_startup_error(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("read good-token\nadmin secret-value\n")
+    tokens.chmod(0o600)
     done = run_cli("serve", "--data-dir", str(tmp_path / "d"), "--transport", "http", "--port", "0", "--tokens-file", str(tokens))
     assert done.returncode != 0
     assert b"line 2" in done.stderr
