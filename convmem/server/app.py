@@ -149,12 +149,18 @@ class ToolCalls:
         self._store = store
         self._threaded = 0  # calls handed to worker threads and not finished yet
 
+    def _owns_store(self) -> bool:
+        """A store relayed to another process's owner (convmem/owner) waits on that process,
+        which may be busy (a rebuild): then every call runs in a thread."""
+        return getattr(self._store, "is_owner", True)
+
     async def run(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
         """The outcome of one tools/call; never raises (failures become INTERNAL_ERROR)."""
         try:
             if name in TOOLS_BY_NAME and name not in READ_TOOL_NAMES and not _may_write(ctx):
                 return error_outcome(VALIDATION_ERROR, f"{name} needs a write token; this token may only read")
-            if name in READ_TOOL_NAMES and not self._threaded and cheap_read(name, arguments):
+            if (name in READ_TOOL_NAMES and not self._threaded and self._owns_store()
+                    and cheap_read(name, arguments)):
                 return run_tool(self._store, name, arguments)
             self._threaded += 1
             try:
