@@ -240,7 +240,12 @@ class ClaudeCodeParser:
                 if type(text) is str and text.strip():
                     if op is None:
                         op = self.open = {"mid": mid, "session": session, "agent": agent,
-                                          "ts": ts, "derived": derived, "texts": []}
+                                          "ts": ts, "derived": derived, "texts": [], "parts": []}
+                    part = f"{uuid}:{i}"
+                    if part in op["parts"]:  # the same line written twice (/branch, resume)
+                        self.report.skip("duplicate line")
+                        continue
+                    op["parts"].append(part)
                     op["texts"].append(text)
                 else:
                     self.report.skip("empty")
@@ -277,6 +282,9 @@ class ClaudeCodeParser:
     def _emit_open(self, out: list[dict[str, Any]]) -> None:
         op = self.open
         assert op is not None
+        if op.get("emitted") == len(op["texts"]):
+            return  # written at the end of the last read, unchanged since
+        op["emitted"] = len(op["texts"])
         item = make_item(op["session"], "assistant", "\n\n".join(op["texts"]), op["ts"],
                          (SOURCE, "msg", op["mid"]), self.report,
                          tags=self._tags([], op["agent"], op["derived"]) or None)

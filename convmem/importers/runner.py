@@ -84,10 +84,11 @@ class Progress:
         return text
 
 
-def head_hash(path: str) -> str:
-    """A hash of a file's first 4 KiB of content (decompressed for .zst)."""
+def head_hash(path: str, n: int = HEAD_HASH_BYTES) -> str:
+    """A hash of a file's first `n` bytes of content (decompressed for .zst); a mark keeps the
+    hash of min(4 KiB, its offset) bytes, which an appended file keeps."""
     with open_path(path) as f:
-        return hashlib.blake2b(f.read(HEAD_HASH_BYTES), digest_size=8).hexdigest()
+        return hashlib.blake2b(f.read(n), digest_size=8).hexdigest()
 
 
 def import_source(store: Any, src: Source, opt: Options, sink: Sink, links: dict[str, Any],
@@ -114,8 +115,9 @@ def import_source(store: Any, src: Source, opt: Options, sink: Sink, links: dict
                     report.error = f"unknown format {src.fmt}"
             if src.growable:
                 st = os.stat(src.path)
+                n = min(HEAD_HASH_BYTES, st.st_size)
                 new_mark = {"offset": st.st_size, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                            "head": head_hash(src.path), "ctx": {}}
+                            "head": head_hash(src.path, n), "head_len": n, "ctx": {}}
     except OSError as exc:
         report.error = f"cannot read: {exc.strerror or exc}"
     except Exception as exc:  # a damaged archive or JSON that ijson cannot read
@@ -177,8 +179,9 @@ def _lines(store: Any, src: Source, opt: Options, sink: Sink, links: dict[str, A
     if not src.growable:
         return None
     st = os.stat(src.path)
+    n = min(HEAD_HASH_BYTES, end)
     return {"offset": end, "line": line_no, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "head": head_hash(src.path), "ctx": ctx}
+            "head": head_hash(src.path, n), "head_len": n, "ctx": ctx}
 
 
 def run_import(store: Any, sources: list[Source], opt: Options,

@@ -139,7 +139,8 @@ class Syncer:
             return None  # (Gemini sessions are folded whole: read again, present stays present)
         offset = int(mark.get("offset", 0))
         compressed = path.endswith(".zst")
-        if (not compressed and size < offset) or mark.get("head") != _head(path):
+        if (not compressed and size < offset) or mark.get("head") != _head(
+                path, int(mark.get("head_len", 4096))):
             log.info("sync: %s shrank or changed at its start: reading it again", path)
             return None
         return mark
@@ -152,8 +153,8 @@ class Syncer:
             self.stop.wait(interval)
 
 
-def _head(path: str) -> str | None:
+def _head(path: str, n: int) -> str | None:
     try:
-        return head_hash(path)
+        return head_hash(path, n)
     except Exception:  # noqa: BLE001 - unreadable or a damaged .zst: read again from the start
         return None
