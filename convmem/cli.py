@@ -1,4 +1,4 @@
-"""Command line: serve / import / export / health / search, and --version.
+"""Command line: serve / import / sync / export / health / search, and --version.
 
 Only this module and the transports write to stdout. Logs go to stderr through `logging`.
 Exit codes: 0 success, 1 an application error (or import with rejected lines), 2 usage error.
@@ -180,28 +180,133 @@ def _serve_stdio(store: Any, version: str, data_dir: Path) -> bool:
     return False
 
 
-def cmd_import(args: argparse.Namespace) -> int:
-    from convmem.importers import ProgressBar, import_jsonl
+def _import_options(args: argparse.Namespace) -> Any:
+    from convmem.importers.common import Options
 
-    if args.file == "-":
-        stream, total = sys.stdin.buffer, None
-    else:
+    drop = {d.strip() for d in (args.drop or "").split(",") if d.strip()}
+    unknown = drop - {"tools", "injected"}
+    if unknown:
+        _fail(f"--drop takes tools and/or injected, not {', '.join(sorted(unknown))}", EXIT_USAGE)
+    if args.tool_output_max < 256:
+        _fail("--tool-output-max must be at least 256 bytes", EXIT_USAGE)
+    return Options(reasoning=args.reasoning, drop_tools="tools" in drop,
+                   drop_injected="injected" in drop, tool_output_max=args.tool_output_max)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """convmem JSON Lines from FILE or stdin, or chat histories (files, folders, .zip exports)
+    in any format convmem reads: a report per file on stdout, progress on stderr."""
+    from convmem.importers import ProgressBar, import_jsonl
+    from convmem.importers.runner import Progress, run_import
+    from convmem.importers.sources import expand
+
+    options = _import_options(args)
+    if args.files == ["-"]:
+        if args.format not in (None, "convmem"):
+            _fail("stdin is read as convmem JSON Lines only", EXIT_USAGE)
+        store = _open_store(args.data_dir)
         try:
-            stream = open(args.file, "rb")  # noqa: SIM115 - closed below
-        except OSError as exc:
-            _fail(f"cannot read {args.file}: {exc.strerror}")
-        total = os.fstat(stream.fileno()).st_size if os.path.isfile(args.file) else None
+            progress = ProgressBar(sys.stderr, None) if sys.stderr.isatty() else None
+            summary = import_jsonl(store, sys.stdin.buffer, progress)
+        finally:
+            store.close()
+        sys.stdout.write("\n".join(summary.lines()) + "\n")
+        sys.stdout.flush()
+        return EXIT_ERROR if summary.rejected_count else EXIT_OK
+    problems: list[tuple[str, str]] = []
+    sources = []
+    for path in args.files:
+        sources += expand(path, args.format, problems)
+    fatal = [p for p in problems if not p[1].startswith("skipped:")]
+    if not sources:
+        for path, why in problems:
+            sys.stderr.write(f"convmem: {path}: {why}\n")
+        _fail("nothing to import" if not fatal else f"cannot read {fatal[0][0]}: {fatal[0][1]}")
     store = _open_store(args.data_dir)
+    out_lines: list[str] = []
+    rejected = 0
     try:
-        progress = ProgressBar(sys.stderr, total) if sys.stderr.isatty() else None
-        summary = import_jsonl(store, stream, progress)
+        plain = [s for s in sources if s.fmt == "convmem"]
+        chats = [s for s in sources if s.fmt != "convmem"]
+        for src in plain:  # convmem's own format: its summary, as before
+            with src.open() as stream:
+                tty = sys.stderr.isatty()
+                progress = ProgressBar(sys.stderr, os.fstat(stream.fileno()).st_size) if tty else None
+                summary = import_jsonl(store, stream, progress)
+            rejected += summary.rejected_count
+            lines = summary.lines()
+            out_lines += lines if len(sources) == 1 else [f"{src.path}: {lines[0]}"] + lines[1:]
+        reports = []
+        if chats:
+            total = 0
+            for src in chats:
+                try:
+                    total += os.path.getsize(src.path)
+                except OSError:
+                    pass
+            progress = Progress(sys.stderr, total)
+            reports = run_import(store, chats, options, progress)
+            for r in reports:
+                out_lines.append(r.line())
+                out_lines += [f"  {e}" for e in r.examples]
+                if r.error:
+                    out_lines.append(f"  cannot read: {r.error}")
+            progress.final(reports)
     finally:
         store.close()
-        if stream is not sys.stdin.buffer:
-            stream.close()
-    sys.stdout.write("\n".join(summary.lines()) + "\n")
+    for path, why in problems:
+        out_lines.append(f"{path}: {why}")
+    sys.stdout.write("\n".join(out_lines) + "\n")
     sys.stdout.flush()
-    return EXIT_ERROR if summary.rejected else EXIT_OK
+    unreadable = fatal or any(r.error for r in reports)
+    return EXIT_ERROR if unreadable or rejected else EXIT_OK
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Follow the hosts' transcript folders; import new lines as they are written."""
+    from convmem.importers.sync import HOSTS, Syncer, default_roots
+
+    options = _import_options(args)
+    roots = default_roots()
+    hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    bad = [h for h in hosts if h not in HOSTS]
+    if bad:
+        _fail(f"--hosts takes {', '.join(HOSTS)}", EXIT_USAGE)
+    for host, given in (("claude-code", args.claude_dir), ("codex", args.codex_dir),
+                        ("gemini", args.gemini_dir)):
+        if given:
+            roots[host] = [Path(d).expanduser() for d in given]
+    roots = {h: roots[h] for h in hosts}
+    store = _open_store(args.data_dir)  # sync owns the store while it runs (others get BUSY)
+    syncer = Syncer(store, args.data_dir, roots, options)
+
+    def stop(signum: int, frame: Any) -> None:
+        syncer.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    where = "; ".join(f"{h}: {', '.join(str(d) for d in ds)}" for h, ds in roots.items())
+    sys.stderr.write(f"convmem sync: following {where} into {args.data_dir}\n")
+    sys.stderr.flush()
+    totals = {"imported": 0, "updated": 0}
+
+    def on_round(reports: list[Any]) -> None:
+        for r in reports:
+            totals["imported"] += r.imported
+            totals["updated"] += r.updated
+            sys.stderr.write(f"convmem sync: {r.line()}\n")
+        sys.stderr.flush()
+
+    try:
+        if args.once:
+            on_round(syncer.round())
+        else:
+            syncer.run(args.interval, on_round)
+    finally:
+        store.close()
+    sys.stderr.write(f"convmem sync: stopped; {totals['imported']} imported, "
+                     f"{totals['updated']} updated\n")
+    return EXIT_OK
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -263,9 +368,34 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--tokens-file", default=None, help="bearer tokens, one 'read TOKEN' or 'write TOKEN' per line")
     serve.set_defaults(func=cmd_serve)
 
-    imp = sub.add_parser("import", parents=[common], help="import messages from JSON Lines (FILE or - for stdin)")
-    imp.add_argument("file", metavar="FILE")
+    shaping = argparse.ArgumentParser(add_help=False)
+    shaping.add_argument("--reasoning", action="store_true",
+                         help="also import hidden reasoning (thinking), tagged reasoning")
+    shaping.add_argument("--drop", default="", metavar="tools,injected",
+                         help="leave tool calls/results and/or injected context out (counted)")
+    shaping.add_argument("--tool-output-max", type=int, default=16384, metavar="BYTES",
+                         help="cut tool input and output beyond this size (default: 16384)")
+
+    imp = sub.add_parser("import", parents=[common, shaping],
+                         help="import chat histories (files, folders, .zip exports) or convmem JSON Lines (- for stdin)")
+    imp.add_argument("files", metavar="PATH", nargs="+")
+    imp.add_argument("--format", default=None,
+                     choices=("convmem", "claude-code", "codex", "chatgpt", "claude-ai", "gemini"),
+                     help="force a format instead of detecting it from the content")
     imp.set_defaults(func=cmd_import)
+
+    syn = sub.add_parser("sync", parents=[common, shaping],
+                         help="follow Claude Code, Codex and Gemini CLI transcripts and import new lines")
+    syn.add_argument("--hosts", default="claude-code,codex,gemini", help="hosts to follow")
+    syn.add_argument("--claude-dir", action="append", default=None, metavar="DIR",
+                     help="Claude Code projects folder (default: $CLAUDE_CONFIG_DIR or ~/.claude, /projects)")
+    syn.add_argument("--codex-dir", action="append", default=None, metavar="DIR",
+                     help="Codex sessions folder (default: $CODEX_HOME or ~/.codex, /sessions and /archived_sessions)")
+    syn.add_argument("--gemini-dir", action="append", default=None, metavar="DIR",
+                     help="Gemini CLI folder (default: ~/.gemini/tmp)")
+    syn.add_argument("--interval", type=float, default=2.0, help="seconds between passes (default: 2)")
+    syn.add_argument("--once", action="store_true", help="one pass, then exit")
+    syn.set_defaults(func=cmd_sync)
 
     exp = sub.add_parser("export", parents=[common], help="write the live messages as JSON Lines to stdout")
     exp.add_argument("--session-id", default=None)

@@ -1,11 +1,14 @@
 """Bulk import and export: one imported item (an import_messages dict, a JSON Lines line) as a
-record, and a live message as the item that imports it back identically."""
+record, a live message as the item that imports it back identically, and the comparison that
+tells an item already stored ("present") from a real conflict."""
 from __future__ import annotations
 
 from typing import Any
 
 from .. import validation as v
-from ..catalog.docs import Record
+from ..catalog.docs import (R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS, R_REVISION, R_ROLE,
+                            R_SESSION_ID, R_SOURCES, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP,
+                            R_TOOL_CALL_ID, R_UPDATED_AT, Record)
 from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES, MAX_TIMESTAMP_MS
 from ..ids import UlidClock
 from .records import new_record
@@ -45,3 +48,45 @@ def prepare_import(item: Any, clock: UlidClock) -> Record:
 def export_item(message: dict[str, Any]) -> dict[str, Any]:
     """The import item of a message dict (records.message)."""
     return {name: message[name] for name in EXPORT_FIELDS}
+
+
+class _Answer:
+    """A non-error answer of import_message_batch(existing="compare") for an item not written."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+PRESENT = _Answer("PRESENT")  # the id is stored and every field the item gives is equal
+DELETED = _Answer("DELETED")  # the id was stored and deleted since: not imported again
+
+_META_FIELDS = (("tool_call_id", R_TOOL_CALL_ID), ("tags", R_TAGS), ("memory_tier", R_TIER),
+                ("memory_kind", R_KIND), ("importance", R_IMPORTANCE), ("summary", R_SUMMARY),
+                ("relations", R_RELATIONS), ("source_message_ids", R_SOURCES))
+
+
+def same_message(item: dict[str, Any], new: Record, stored: Record) -> bool:
+    """Whether the stored record equals the item in every field the item gives (session,
+    role and content always; timestamp, revision, updated_at and metadata fields when given)."""
+    if (new[R_SESSION_ID] != stored[R_SESSION_ID] or new[R_ROLE] != stored[R_ROLE]
+            or new[R_CONTENT] != stored[R_CONTENT]):
+        return False
+    for name, pos in (("timestamp", R_TIMESTAMP), ("revision", R_REVISION),
+                      ("updated_at", R_UPDATED_AT)):
+        if item.get(name) is not None and new[pos] != stored[pos]:
+            return False
+    meta = item.get("metadata")
+    if meta:
+        for name, pos in _META_FIELDS:
+            if name in meta and _plain(new[pos]) != _plain(stored[pos]):
+                return False
+    return True
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, (list, tuple)) else value

@@ -617,25 +617,36 @@ class MemoryStore:
                 raise err
         return len(batch)
 
-    def import_message_batch(self, items: list[dict[str, Any]], *,
-                             all_or_nothing: bool = False) -> list[ConvMemError | None]:
+    def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
+                             existing: str = "conflict") -> list[Any]:
         """Validate and append a group with one write and one fdatasync.
 
         Returns one entry per item: None when imported, else its error. Invalid items are
         skipped (or, with all_or_nothing, nothing is written when any item is invalid).
+
+        An item whose message_id is already stored (or earlier in the group) is a CONFLICT. With
+        existing="compare" it is instead `bulk.PRESENT` when the stored message equals it in
+        every field it gives (bulk.same_message), `bulk.DELETED` when that message was deleted,
+        and otherwise a CONFLICT whose `.existing` is the stored message dict; none of these
+        is written, so re-importing what is already there is not an error.
         """
-        results: list[ConvMemError | None] = []
+        results: list[Any] = []
+        compare = existing == "compare"
         with self._mutex:
             self._check_open()
             cat = self._catalog
             prepared = []
-            seen: set[bytes] = set()
+            seen: dict[bytes, Any] = {}
             for item in items:
                 try:
                     rec = bulk.prepare_import(item, self._clock)
-                    if rec[R_ULID] in cat.ids or rec[R_ULID] in seen:
-                        raise ConvMemError(CONFLICT, "message_id already exists")
-                    seen.add(rec[R_ULID])
+                    ulid = rec[R_ULID]
+                    if ulid in cat.ids or ulid in seen:
+                        if not compare:
+                            raise ConvMemError(CONFLICT, "message_id already exists")
+                        results.append(self._compare_existing(item, rec, seen.get(ulid)))
+                        continue
+                    seen[ulid] = rec
                     prepared.append(rec)
                     results.append(None)
                 except ConvMemError as exc:
@@ -656,6 +667,19 @@ class MemoryStore:
                 cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
             self._after_write()
         return results
+
+    def _compare_existing(self, item: dict[str, Any], rec: Record, earlier: Record | None) -> Any:
+        """import_message_batch(existing="compare")'s answer for an id already taken."""
+        if earlier is None:
+            doc = self._catalog.current_doc(self._catalog.ids.get(rec[R_ULID]))
+            if doc < 0:
+                return bulk.DELETED
+            earlier = self._reader.record(doc)
+        if bulk.same_message(item, rec, earlier):
+            return bulk.PRESENT
+        err = ConvMemError(CONFLICT, "message_id already exists with other content")
+        err.existing = message(earlier)  # type: ignore[attr-defined]
+        return err
 
     def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Live messages as import dicts, session by session (by start time), in history order."""
