@@ -277,8 +277,12 @@ def cmd_sync(args: argparse.Namespace) -> int:
         if given:
             roots[host] = [Path(d).expanduser() for d in given]
     roots = {h: roots[h] for h in hosts}
-    store = _open_store(args.data_dir)  # sync owns the store while it runs (others get BUSY)
-    syncer = Syncer(store, args.data_dir, roots, options)
+    store = _open_store(args.data_dir)  # shared with the other convmem processes
+    try:
+        syncer = Syncer(store, args.data_dir, roots, options)
+    except ConvMemError as exc:
+        store.close()
+        _fail(f"{exc.code}: {exc.message}")
 
     def stop(signum: int, frame: Any) -> None:
         syncer.stop.set()

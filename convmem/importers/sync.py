@@ -3,9 +3,11 @@
 Each round stats the files under the roots; a new or grown file is read from its high-water mark
 (the offset after its last complete line, with the parser's small state) to its last complete
 line. The marks are kept in the data directory in `sync-state.json`, written atomically
-(io.write_file_atomically) after the round's messages are durable in the store, while sync holds
-the store's lock: after a crash the marks are never ahead of the store (nothing missed) and lines
-read again derive the same message ids, so they are "already present" (nothing twice).
+(io.write_file_atomically) after the round's messages are durable in the store, while this sync
+holds `sync.lock` (one sync per data directory; the store itself is shared with every other
+convmem process, convmem/owner): after a crash the marks are never ahead of the store (nothing
+missed) and lines read again derive the same message ids, so they are "already present"
+(nothing twice).
 
 A file that shrank, or whose first 4 KiB changed, is read again from the start (the same ids
 again: nothing twice). A `.jsonl.zst` keeps the mark of its plain name (Codex compresses idle
@@ -13,6 +15,7 @@ rollouts and writes them plain again on append).
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -22,7 +25,8 @@ from typing import Any
 
 import orjson
 
-from ..store.io import IoCounters, write_file_atomically
+from ..errors import BUSY, ConvMemError
+from ..store.io import IoCounters, open_file, write_file_atomically
 from .common import FileReport, Options
 from .runner import head_hash, import_source
 from .sink import Sink
@@ -30,6 +34,7 @@ from .sources import Source, candidates, detect_file, open_path
 
 log = logging.getLogger(__name__)
 STATE_NAME = "sync-state.json"
+LOCK_NAME = "sync.lock"  # held by the one sync of a data directory
 STATE_VERSION = 1
 HOSTS = ("claude-code", "codex", "gemini")
 
@@ -70,6 +75,7 @@ class SyncState:
 class Syncer:
     def __init__(self, store: Any, data_dir: Path, roots: dict[str, list[Path]],
                  options: Options | None = None) -> None:
+        self._lock_fd = _take_sync_lock(data_dir)
         self.store = store
         self.roots = roots
         self.opt = options or Options()
@@ -85,6 +91,16 @@ class Syncer:
                     out += candidates(d)
         out.sort(key=lambda t: (t[1], t[0]))
         return out
+
+    def close(self) -> None:
+        """Let another sync follow into this data directory."""
+        fd = getattr(self, "_lock_fd", -1)  # (-1 too when __init__ did not get the lock)
+        if fd >= 0:
+            os.close(fd)
+            self._lock_fd = -1
+
+    def __del__(self) -> None:
+        self.close()
 
     def round(self) -> list[FileReport]:
         """One pass over the roots; returns the reports of the files that had something new."""
@@ -158,3 +174,15 @@ def _head(path: str, n: int) -> str | None:
         return head_hash(path, n)
     except Exception:  # noqa: BLE001 - unreadable or a damaged .zst: read again from the start
         return None
+
+
+def _take_sync_lock(data_dir: Path) -> int:
+    """An exclusive flock on sync.lock (released when the process ends): two syncs of one data
+    directory would race on its marks."""
+    fd = open_file(data_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConvMemError(BUSY, f"another convmem sync is following into {data_dir}") from None
+    return fd

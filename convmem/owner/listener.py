@@ -132,8 +132,10 @@ class OwnerListener:
         if op == "hello":
             return {"pid": os.getpid()}
         if op == "import_message_batch":
-            errors = store.import_message_batch(args["items"], all_or_nothing=bool(args.get("all_or_nothing")))
-            return [None if e is None else {"code": e.code, "message": e.message} for e in errors]
+            answers = store.import_message_batch(
+                args["items"], all_or_nothing=bool(args.get("all_or_nothing")),
+                existing=args.get("existing", "conflict"))
+            return protocol.encode_import_answers(answers)
         if op == "checkpoint":
             store.checkpoint()
             return None

@@ -90,3 +90,41 @@ def peer_uid(sock: socket.socket) -> int:
     """The uid of the process at the other end (SO_PEERCRED: pid, uid, gid)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", creds)[1]
+
+
+# -- import_message_batch's answers as frames ----------------------------------------------------
+def encode_import_answers(answers: list[Any]) -> list[Any]:
+    """None (imported), bulk.PRESENT / bulk.DELETED, or a ConvMemError (with `.existing` when a
+    compared message differs), as JSON."""
+    from ..api import bulk
+    from ..errors import ConvMemError
+
+    out: list[Any] = []
+    for a in answers:
+        if a is None:
+            out.append(None)
+        elif a is bulk.PRESENT or a is bulk.DELETED:
+            out.append({"answer": a.name})
+        elif isinstance(a, ConvMemError):
+            out.append({"code": a.code, "message": a.message, "existing": getattr(a, "existing", None)})
+        else:
+            raise TypeError(f"unexpected import answer {a!r}")
+    return out
+
+
+def decode_import_answers(values: list[Any]) -> list[Any]:
+    from ..api import bulk
+    from ..errors import ConvMemError
+
+    out: list[Any] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+        elif "answer" in v:
+            out.append(bulk.PRESENT if v["answer"] == "PRESENT" else bulk.DELETED)
+        else:
+            err = ConvMemError(v["code"], v["message"])
+            if v.get("existing") is not None:
+                err.existing = v["existing"]  # type: ignore[attr-defined]
+            out.append(err)
+    return out

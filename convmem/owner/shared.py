@@ -159,7 +159,8 @@ class SharedStore:
     def _run_local(self, op: str, args: dict[str, Any]) -> Any:
         store = self._local
         if op == "import_message_batch":
-            return store.import_message_batch(args["items"], all_or_nothing=args.get("all_or_nothing", False))
+            return store.import_message_batch(args["items"], all_or_nothing=args.get("all_or_nothing", False),
+                                              existing=args.get("existing", "conflict"))
         return getattr(store, op)(**args)
 
     def _relay(self, op: str, args: dict[str, Any]) -> Any:
@@ -205,14 +206,17 @@ class SharedStore:
     def checkpoint(self) -> None:
         self._call("checkpoint", {})
 
-    def import_message_batch(self, items: list[dict[str, Any]], *,
-                             all_or_nothing: bool = False) -> list[ConvMemError | None]:
+    def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
+                             existing: str = "conflict") -> list[Any]:
+        """MemoryStore.import_message_batch, here or at the owner (in parts of bounded size)."""
         if self.is_owner:
-            return self._call("import_message_batch", {"items": items, "all_or_nothing": all_or_nothing})
-        out: list[ConvMemError | None] = []
+            return self._call("import_message_batch", {"items": items, "all_or_nothing": all_or_nothing,
+                                                       "existing": existing})
+        out: list[Any] = []
         for part in _by_size(items, IMPORT_BATCH_BYTES) if not all_or_nothing else [items]:
-            answers = self._call("import_message_batch", {"items": part, "all_or_nothing": all_or_nothing})
-            out += [None if a is None else ConvMemError(a["code"], a["message"]) for a in answers]
+            answers = self._call("import_message_batch", {"items": part, "all_or_nothing": all_or_nothing,
+                                                          "existing": existing})
+            out += protocol.decode_import_answers(answers)
         return out
 
     def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:

@@ -48,6 +48,17 @@ def test_hosts_and_the_cli_share_one_memory_and_survive_the_owner(tmp_path: Path
         assert done.returncode == 0 and b"from the second host" in done.stdout
         done = run_cli("export", "--data-dir", str(data))
         assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
+        exported = tmp_path / "export.jsonl"
+        exported.write_bytes(done.stdout)
+        done = run_cli("import", str(exported), "--data-dir", str(data))  # relayed, compared
+        assert done.returncode == 0, done.stderr
+        source = tmp_path / "more.jsonl"
+        source.write_text("".join(json.dumps({"session_id": "other", "role": "user",
+                                              "content": f"imported {i}"}) + "\n" for i in range(5)))
+        done = run_cli("import", str(source), "--data-dir", str(data))
+        assert done.returncode == 0, done.stderr
+        payload, _ = second.call("search_messages", {"query": "imported", "limit": 20})
+        assert len(payload["results"]) == 5
         # The owner is killed: the others take over, with every acknowledged write.
         owner_pid, note = holder(data)
         assert owner_pid == first.proc.pid and note == "shared"
@@ -64,4 +75,4 @@ def test_hosts_and_the_cli_share_one_memory_and_survive_the_owner(tmp_path: Path
     # Every process is gone: nothing holds the store, and it opens directly.
     assert not (data / protocol.SOCKET_NAME).exists()
     done = run_cli("health", "--data-dir", str(data))
-    assert done.returncode == 0 and json.loads(done.stdout)["active_messages"] == 4
+    assert done.returncode == 0 and json.loads(done.stdout)["active_messages"] == 4 + 5
