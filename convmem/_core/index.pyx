@@ -1041,7 +1041,7 @@ cdef class SearchIndex:
 
     @classmethod
     def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),
-                    b=(0.75, 0.75, 0.5)) -> "SearchIndex":
+                    b=(0.75, 0.75, 0.5)) -> SearchIndex:
         """Restore from `to_arrays` output without copying it (arrays may be read-only mmap
         views); what later changes is copied on first write. Sizes, offsets and term ids are
         checked, and every posting list is decoded once (_lists_ok): canonical, within its

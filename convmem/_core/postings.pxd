@@ -328,7 +328,12 @@ cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* t
         CM_ASSERT(L.nb == 1 or docs[cnt - 1] == _block_last(L, j))
     if tfs != NULL:
         if h.tb == 0:
-            memset(tfs, 1, <size_t>cnt)
+            # A loop, not memset(tfs, 1, cnt): a count that is not positive (which the
+            # invariant above excludes, but the compiler cannot see through the inlined
+            # callers) then writes nothing instead of becoming a huge size_t (gcc's
+            # -Wstringop-overflow warned on that path). gcc vectorises the loop.
+            for i in range(cnt):
+                tfs[i] = 1
         else:
             if h.fast:
                 _unpack_fast(h.tp, cnt, h.tb, tv)
