@@ -37,11 +37,26 @@ cdef class IdMap:
             raise MemoryError()
         memset(self.table, 0xFF, cap * sizeof(int32_t))
         self.capacity = cap
+        self.table_owned = True
         self.n = 0
 
     def __dealloc__(self):
-        PyMem_Free(self.table)
+        if self.table_owned:
+            PyMem_Free(self.table)
         garr_free(&self.keys)
+
+    cdef int _own_table(self) except -1:
+        """Copy a borrowed table (a snapshot's read-only view) before the first change."""
+        cdef int32_t* table
+        if self.table_owned:
+            return 0
+        table = <int32_t*>PyMem_Malloc(self.capacity * sizeof(int32_t))
+        if table == NULL:
+            raise MemoryError()
+        memcpy(table, self.table, self.capacity * sizeof(int32_t))
+        self.table = table
+        self.table_owned = True
+        return 0
 
     def __len__(self):
         return self.n
@@ -71,8 +86,10 @@ cdef class IdMap:
         if table == NULL:
             raise MemoryError()
         memset(table, 0xFF, cap * sizeof(int32_t))
-        PyMem_Free(self.table)
+        if self.table_owned:
+            PyMem_Free(self.table)
         self.table = table
+        self.table_owned = True
         self.capacity = cap
         for s in range(self.n):
             self._place(s)
@@ -105,6 +122,7 @@ cdef class IdMap:
         garr_reserve(&self.keys, self.n + 1)
         if (self.n + 1) * 2 > self.capacity:
             self._grow_table()
+        self._own_table()
         memcpy(_key(&self.keys, self.n), &key[0], 16)
         self.n += 1
         self.keys.len = self.n
@@ -134,44 +152,58 @@ cdef class IdMap:
 
     @classmethod
     def from_arrays(cls, const uint8_t[:, ::1] keys not None, table=None):
-        """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt)."""
+        """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt). Given
+        both, they are used in place (a snapshot's read-only views; checked: every table entry
+        names a slot or is empty) and copied on the first add."""
         cdef Py_ssize_t n = keys.shape[0], s, cap
         cdef const int32_t[::1] t
+        cdef bint bad = False
         if n and keys.shape[1] != 16:
             raise ValueError("ids must be an (n, 16) array")
-        cdef IdMap m = cls(max(16, n))
-        if n:
-            memcpy(m.keys.data, &keys[0, 0], n * 16)
-        m.n = n
-        m.keys.len = n
+        cdef IdMap m
         if table is not None:
             t = table
             cap = t.shape[0]
             if cap < 16 or (cap & (cap - 1)) != 0 or cap < 2 * n:
                 raise ValueError("not an IdMap table")
-            for s in range(cap):
-                if t[s] >= n:
-                    raise ValueError("IdMap table names a slot that does not exist")
-            if cap != m.capacity:
-                PyMem_Free(m.table)
-                m.table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
-                if m.table == NULL:
-                    raise MemoryError()
-                m.capacity = cap
-            memcpy(m.table, &t[0], cap * sizeof(int32_t))
-        else:
-            while m.capacity < 2 * n:
-                m.capacity *= 2
-            PyMem_Free(m.table)
-            m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
-            if m.table == NULL:
-                raise MemoryError()
-            memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
             with nogil:
-                for s in range(n):
-                    m._place(s)
+                for s in range(cap):
+                    if t[s] >= n or t[s] < -1:
+                        bad = True
+                        break
+            if bad:
+                raise ValueError("IdMap table names a slot that does not exist")
+            m = cls(16)
+            garr_free(&m.keys)
+            if n:
+                m.keys.data = <char*>&keys[0, 0]
+                m.keys.len = n
+                m.keys.cap = n
+                m.keys.owned = False
+            PyMem_Free(m.table)
+            m.table = <int32_t*>&t[0]
+            m.table_owned = False
+            m.capacity = cap
+            m.n = n
+            m._keep = (keys, t)
+            return m
+        m = cls(max(16, n))
+        if n:
+            memcpy(m.keys.data, &keys[0, 0], n * 16)
+        m.n = n
+        m.keys.len = n
+        while m.capacity < 2 * n:
+            m.capacity *= 2
+        PyMem_Free(m.table)
+        m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
+        if m.table == NULL:
+            raise MemoryError()
+        memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
+        with nogil:
+            for s in range(n):
+                m._place(s)
         return m
 
     @property
     def nbytes(self):
-        return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)
+        return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)  # (borrowed: mapped bytes)
