@@ -5,30 +5,23 @@ numbers (it compares against the stored ids). A dict of a million 16-byte keys c
 an entry and seconds to rebuild at open; this costs 16 + 8 to 16 bytes an id and is restored from
 a snapshot by two copies.
 """
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
+
+from convmem._core._common cimport (GArr, garr_bytes, garr_free, garr_init, garr_reserve,
+                                    load_u64_be, mix64)
 
 import numpy as np
 
 
-cdef inline uint64_t _load_be(const uint8_t* p) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int i
-    for i in range(8):
-        v = (v << 8) | p[i]
-    return v
-
-
 cdef inline uint64_t _hash(const uint8_t* key) noexcept nogil:
-    # Fold both halves and finalise (splitmix64): ids whose random part is not random still spread.
-    cdef uint64_t z = _load_be(key) ^ (_load_be(key + 8) * 0x9E3779B97F4A7C15ULL)
-    z ^= z >> 30
-    z *= 0xbf58476d1ce4e5b9ULL
-    z ^= z >> 27
-    z *= 0x94d049bb133111ebULL
-    z ^= z >> 31
-    return z
+    # Fold both halves and finalise (mix64): ids whose random part is not random still spread.
+    return mix64(load_u64_be(key) ^ (load_u64_be(key + 8) * 0x9E3779B97F4A7C15ULL))
+
+
+cdef inline uint8_t* _key(const GArr* keys, Py_ssize_t slot) noexcept nogil:
+    return <uint8_t*>keys.data + 16 * slot
 
 
 cdef class IdMap:
@@ -36,18 +29,34 @@ cdef class IdMap:
         cdef Py_ssize_t cap = 16
         while cap < capacity * 2:
             cap <<= 1
+        # Keys: 16-byte elements, growth 1/4 (a long-lived column that is also appended to).
+        garr_init(&self.keys, 16, 2)
+        garr_reserve(&self.keys, max(16, capacity))
         self.table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
-        self.keys = <uint8_t*>PyMem_Malloc(max(16, capacity) * 16)
-        if self.table == NULL or self.keys == NULL:
+        if self.table == NULL:
             raise MemoryError()
         memset(self.table, 0xFF, cap * sizeof(int32_t))
         self.capacity = cap
-        self.key_cap = max(16, capacity)
+        self.table_owned = True
         self.n = 0
 
     def __dealloc__(self):
-        PyMem_Free(self.table)
-        PyMem_Free(self.keys)
+        if self.table_owned:
+            PyMem_Free(self.table)
+        garr_free(&self.keys)
+
+    cdef int _own_table(self) except -1:
+        """Copy a borrowed table (a snapshot's read-only view) before the first change."""
+        cdef int32_t* table
+        if self.table_owned:
+            return 0
+        table = <int32_t*>PyMem_Malloc(self.capacity * sizeof(int32_t))
+        if table == NULL:
+            raise MemoryError()
+        memcpy(table, self.table, self.capacity * sizeof(int32_t))
+        self.table = table
+        self.table_owned = True
+        return 0
 
     def __len__(self):
         return self.n
@@ -60,13 +69,13 @@ cdef class IdMap:
             slot = self.table[i]
             if slot < 0:
                 return -1
-            if memcmp(self.keys + 16 * <Py_ssize_t>slot, key, 16) == 0:
+            if memcmp(_key(&self.keys, slot), key, 16) == 0:
                 return slot
             i = (i + 1) & mask
 
     cdef void _place(self, Py_ssize_t slot) noexcept nogil:
         cdef Py_ssize_t mask = self.capacity - 1
-        cdef Py_ssize_t i = <Py_ssize_t>(_hash(self.keys + 16 * slot) & <uint64_t>mask)
+        cdef Py_ssize_t i = <Py_ssize_t>(_hash(_key(&self.keys, slot)) & <uint64_t>mask)
         while self.table[i] >= 0:
             i = (i + 1) & mask
         self.table[i] = <int32_t>slot
@@ -77,20 +86,13 @@ cdef class IdMap:
         if table == NULL:
             raise MemoryError()
         memset(table, 0xFF, cap * sizeof(int32_t))
-        PyMem_Free(self.table)
+        if self.table_owned:
+            PyMem_Free(self.table)
         self.table = table
+        self.table_owned = True
         self.capacity = cap
         for s in range(self.n):
             self._place(s)
-        return 0
-
-    cdef int _grow_keys(self) except -1:
-        cdef Py_ssize_t cap = self.key_cap + self.key_cap // 4 + 16
-        cdef uint8_t* keys = <uint8_t*>PyMem_Realloc(self.keys, cap * 16)
-        if keys == NULL:
-            raise MemoryError()
-        self.keys = keys
-        self.key_cap = cap
         return 0
 
     def get(self, const uint8_t[::1] key not None, default=None):
@@ -117,27 +119,28 @@ cdef class IdMap:
             raise ValueError("id already present")
         if self.n >= 0x7FFFFFFF:
             raise OverflowError("too many ids")
-        if self.n == self.key_cap:
-            self._grow_keys()
+        garr_reserve(&self.keys, self.n + 1)
         if (self.n + 1) * 2 > self.capacity:
             self._grow_table()
-        memcpy(self.keys + 16 * self.n, &key[0], 16)
-        self._place(self.n)
+        self._own_table()
+        memcpy(_key(&self.keys, self.n), &key[0], 16)
         self.n += 1
+        self.keys.len = self.n
+        self._place(self.n - 1)
         return self.n - 1
 
     def key(self, Py_ssize_t slot) -> bytes:
         """The id of `slot`."""
         if slot < 0 or slot >= self.n:
             raise IndexError("slot out of range")
-        return (<char*>self.keys)[16 * slot:16 * slot + 16]
+        return (<char*>_key(&self.keys, slot))[:16]
 
     def keys_array(self):
         """A copy of the ids in slot order, as an (n, 16) uint8 array."""
         out = np.empty((self.n, 16), dtype=np.uint8)
         cdef uint8_t[:, ::1] view = out
         if self.n:
-            memcpy(&view[0, 0], self.keys, self.n * 16)
+            memcpy(&view[0, 0], self.keys.data, self.n * 16)
         return out
 
     def table_array(self):
@@ -149,43 +152,58 @@ cdef class IdMap:
 
     @classmethod
     def from_arrays(cls, const uint8_t[:, ::1] keys not None, table=None):
-        """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt)."""
+        """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt). Given
+        both, they are used in place (a snapshot's read-only views; checked: every table entry
+        names a slot or is empty) and copied on the first add."""
         cdef Py_ssize_t n = keys.shape[0], s, cap
         cdef const int32_t[::1] t
+        cdef bint bad = False
         if n and keys.shape[1] != 16:
             raise ValueError("ids must be an (n, 16) array")
-        cdef IdMap m = cls(max(16, n))
-        if n:
-            memcpy(m.keys, &keys[0, 0], n * 16)
-        m.n = n
+        cdef IdMap m
         if table is not None:
             t = table
             cap = t.shape[0]
             if cap < 16 or (cap & (cap - 1)) != 0 or cap < 2 * n:
                 raise ValueError("not an IdMap table")
-            for s in range(cap):
-                if t[s] >= n:
-                    raise ValueError("IdMap table names a slot that does not exist")
-            if cap != m.capacity:
-                PyMem_Free(m.table)
-                m.table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
-                if m.table == NULL:
-                    raise MemoryError()
-                m.capacity = cap
-            memcpy(m.table, &t[0], cap * sizeof(int32_t))
-        else:
-            while m.capacity < 2 * n:
-                m.capacity *= 2
-            PyMem_Free(m.table)
-            m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
-            if m.table == NULL:
-                raise MemoryError()
-            memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
             with nogil:
-                for s in range(n):
-                    m._place(s)
+                for s in range(cap):
+                    if t[s] >= n or t[s] < -1:
+                        bad = True
+                        break
+            if bad:
+                raise ValueError("IdMap table names a slot that does not exist")
+            m = cls(16)
+            garr_free(&m.keys)
+            if n:
+                m.keys.data = <char*>&keys[0, 0]
+                m.keys.len = n
+                m.keys.cap = n
+                m.keys.owned = False
+            PyMem_Free(m.table)
+            m.table = <int32_t*>&t[0]
+            m.table_owned = False
+            m.capacity = cap
+            m.n = n
+            m._keep = (keys, t)
+            return m
+        m = cls(max(16, n))
+        if n:
+            memcpy(m.keys.data, &keys[0, 0], n * 16)
+        m.n = n
+        m.keys.len = n
+        while m.capacity < 2 * n:
+            m.capacity *= 2
+        PyMem_Free(m.table)
+        m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
+        if m.table == NULL:
+            raise MemoryError()
+        memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
+        with nogil:
+            for s in range(n):
+                m._place(s)
         return m
 
     @property
     def nbytes(self):
-        return self.capacity * sizeof(int32_t) + self.key_cap * 16
+        return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)  # (borrowed: mapped bytes)

@@ -52,7 +52,8 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
 from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
-                                     _nonempty, _open_list, _segment, _Segment, _sort_unique_u32,
+                                     _nonempty, _open_list, _segment, _Segment,
+                                     _adopted_segment, _list_ready, _seg_check_all, _sort_unique_u32,
                                      lower_bound_u32)
 from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
                                   _qlen_value, _score, _Scratch)
@@ -523,6 +524,7 @@ cdef class SearchIndex:
             for s in range(self._n_views):
                 if not self._views[s].doc_lo <= doc < self._views[s].doc_hi:
                     continue
+                _seg_check_all(<_Segment>self._segs[s])
                 for f in range(3):
                     fp = &self._views[s].f[f]
                     for i in range(fp.n_terms):
@@ -753,6 +755,8 @@ cdef class SearchIndex:
                         li = lower_bound_u32(fp.terms, 0, fp.n_terms, tid)
                         if li >= fp.n_terms or fp.terms[li] != tid:
                             continue
+                        if _list_ready(fp, li) < 0:
+                            raise ValueError(f"damaged posting list {li} in field {f}")
                         garr_reserve(&self._q_lists, self._q_lists.len + 1)
                         L = <PList*>self._q_lists.data + self._q_lists.len
                         _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
@@ -1003,6 +1007,26 @@ cdef class SearchIndex:
         return {"postings": postings, "terms": terms, "doc_columns": doc_columns,
                 "scratch": scratch}
 
+    def block_max_arrays(self) -> dict:
+        """The block maxima of the one segment `to_arrays` leaves (call it right after), for
+        from_arrays to adopt instead of recomputing: per field bm_terms_*, bm_off_*, bm_*, and
+        bm_cb (3,). Empty when there is not exactly one segment. Not part of to_arrays: the
+        pure twin has no block maxima (it reads none of these)."""
+        cdef _Segment seg
+        cdef int f
+        with self._lock:
+            if len(self._segs) != 1:
+                return {}
+            seg = <_Segment>self._segs[0]
+            if len(seg.bm_arrays) != 9:
+                return {}
+            out = {"bm_cb": np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)}
+            for f, name in enumerate(FIELDS):
+                out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
+                out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+                out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+            return out
+
     def to_arrays(self) -> dict:
         """Everything `from_arrays` needs (merges the segments first). The postings arrays are
         the index's own read-only arrays; the rest are copies."""
@@ -1041,12 +1065,15 @@ cdef class SearchIndex:
 
     @classmethod
     def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),
-                    b=(0.75, 0.75, 0.5)) -> "SearchIndex":
+                    b=(0.75, 0.75, 0.5)) -> SearchIndex:
         """Restore from `to_arrays` output without copying it (arrays may be read-only mmap
         views); what later changes is copied on first write. Sizes, offsets and term ids are
-        checked, and every posting list is decoded once (_lists_ok): canonical, within its
-        bytes, doc ids ascending and below n_docs, tfs in range. Doc metadata values are not
-        checked beyond doc_meta's bits (the snapshot is checksummed)."""
+        checked; block maxima given with the lists (`block_max_arrays`) are adopted after a check
+        of their shape against the lists' headers, else computed. Every posting list is decoded
+        once before its first use (lazily: a query checks the lists it opens, a merge or scan
+        all of them): canonical, within its bytes, doc ids ascending and below n_docs, tfs in
+        range; a list that fails raises ValueError and is never read. Doc metadata values are
+        not checked beyond doc_meta's bits (the snapshot is checksummed)."""
         cdef SearchIndex ix = cls(k1, weights, b)
         cdef int64_t n, T, nl, cap, nt
         cdef int f
@@ -1092,9 +1119,19 @@ cdef class SearchIndex:
             nt = terms.shape[0]
             if nt and (int(terms[nt - 1]) >= T or not bool(np.all(terms[1:] > terms[:nt - 1]))):
                 raise ValueError(f"bad post_terms_{name}")
-            if not _lists_ok(offsets, data, <uint32_t>n):
-                raise ValueError(f"bad post_data_{name}")
             seg_arrays += [terms, offsets, data]
+        bm = bm_cb = None
+        if "bm_cb" not in arrays:                    # computing them decodes every list: check first
+            for f, name in enumerate(FIELDS):
+                if not _lists_ok(seg_arrays[3 * f + 1], seg_arrays[3 * f + 2], <uint32_t>n):
+                    raise ValueError(f"bad post_data_{name}")
+        if "bm_cb" in arrays:                        # block maxima stored with the lists
+            bm_cb = _arr(arrays, "bm_cb", np.float64, (3,))
+            bm = []
+            for f, name in enumerate(FIELDS):
+                bm += [_arr(arrays, f"bm_terms_{name}", np.uint32, None),
+                       _arr(arrays, f"bm_off_{name}", np.uint32, None),
+                       _arr(arrays, f"bm_{name}", np.float32, None)]
         ix._n_docs = n
         ix._n_live = nl
         for f in range(3):
@@ -1102,8 +1139,8 @@ cdef class SearchIndex:
         ix._buf_lo = <uint32_t>n
         if any(seg_arrays[3 * f + 2].shape[0] for f in range(3)):
             ix._norm(c0, cb)
-            ix._set_segments([_segment(0, <uint32_t>n, seg_arrays,
-                                       <const uint32_t*>ix._lens.data, c0, cb)])
+            ix._set_segments([_adopted_segment(<uint32_t>n, seg_arrays, bm, bm_cb,
+                                               <const uint32_t*>ix._lens.data, c0, cb)])
         return ix
 
 

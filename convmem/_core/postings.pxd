@@ -54,6 +54,12 @@ cdef struct FieldPostings:
     const float* bm
     double bm_cb
     int64_t n_bm
+    # Lists not yet decoded once (a segment adopted from a snapshot is checked lazily, each list
+    # on its first use, see _list_ready): checked[i] is 1 once list i passed _list_check, with
+    # doc ids below doc_hi. NULL when every list is known good (built here, or all checked).
+    # The memory belongs to the _Segment (views share the pointer).
+    uint8_t* checked
+    uint32_t doc_hi
 
 
 # A segment covers docs [doc_lo, doc_hi), the three fields together.
@@ -117,6 +123,7 @@ cdef class _Segment:
     cdef SegView v
     cdef list arrays        # numpy arrays that hold the memory, 3 per field
     cdef list bm_arrays     # numpy arrays of the block maxima, 3 per field
+    cdef uint8_t* checked_mem   # the checked[] bytes of the three fields (NULL: none)
 
 
 # ---- small helpers ---------------------------------------------------------------------------
@@ -328,7 +335,12 @@ cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* t
         CM_ASSERT(L.nb == 1 or docs[cnt - 1] == _block_last(L, j))
     if tfs != NULL:
         if h.tb == 0:
-            memset(tfs, 1, <size_t>cnt)
+            # A loop, not memset(tfs, 1, cnt): a count that is not positive (which the
+            # invariant above excludes, but the compiler cannot see through the inlined
+            # callers) then writes nothing instead of becoming a huge size_t (gcc's
+            # -Wstringop-overflow warned on that path). gcc vectorises the loop.
+            for i in range(cnt):
+                tfs[i] = 1
         else:
             if h.fast:
                 _unpack_fast(h.tp, cnt, h.tb, tv)
@@ -395,6 +407,25 @@ cdef inline int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept
 cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil
 # 1 when every list of one field (offsets, data: numpy arrays) passes _list_check, else 0.
 cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1
+
+# Whether list li of fp may be read: 0 when it passed _list_check (now or before), -1 when its
+# bytes are damaged (it must not be read then).
+cdef inline int _list_ready(const FieldPostings* fp, int64_t li) noexcept nogil:
+    if fp.checked == NULL or fp.checked[li]:
+        return 0
+    if _list_check(fp.data + fp.offsets[li], fp.data + fp.offsets[li + 1], fp.doc_hi) < 0:
+        return -1
+    fp.checked[li] = 1
+    return 0
+
+# Check every list of s not checked yet (before a merge or a scan of all lists); ValueError
+# when one is damaged.
+cdef int _seg_check_all(_Segment s) except -1
+# The segment of from_arrays: 9 arrays, block maxima either given (bm: 9 arrays, bm_cb: 3
+# values, validated against the lists' block counts) or computed as _segment does (bm None);
+# its lists are checked lazily (_list_ready).
+cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb,
+                               const uint32_t* lens, const double* c0, const double* cb)
 
 # A segment of 9 arrays (terms, offsets, data for each field); lens (3 a doc, every doc of the
 # segment) and the index's length normalisation c0 + cb * len give the block maxima.

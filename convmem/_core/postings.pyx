@@ -7,7 +7,7 @@ segments. It has no Python API; index.pyx is its only user. Memory: numpy arrays
 segment holds, _common's GArr (PyMem_Raw*, grown without the GIL) while one is being written.
 """
 cimport numpy as cnp
-from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawCalloc, PyMem_RawFree
 from libc.math cimport INFINITY, nextafterf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
@@ -177,6 +177,10 @@ cdef class _Segment:
     def __cinit__(self):
         self.arrays = []
         self.bm_arrays = []
+        self.checked_mem = NULL
+
+    def __dealloc__(self):
+        PyMem_RawFree(self.checked_mem)
 
 
 cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, double c0, double cb,
@@ -235,6 +239,8 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint
         s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
         s.v.f[f].n_terms = terms.shape[0]
         s.v.f[f].n_bytes = data.shape[0]
+        s.v.f[f].checked = NULL
+        s.v.f[f].doc_hi = doc_hi
         with nogil:
             nl = _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], NULL, NULL, NULL, &nbk)
         bterms = np.empty(nl, dtype=np.uint32)
@@ -249,6 +255,103 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint
         s.v.f[f].bm_cb = cb[f]
         s.v.f[f].n_bm = nl
         s.bm_arrays += [bterms, boff, bm]
+    return s
+
+
+cdef int _seg_check_all(_Segment s) except -1:
+    cdef int f
+    cdef int64_t li
+    cdef bint bad = False
+    cdef FieldPostings* fp
+    for f in range(3):
+        fp = &s.v.f[f]
+        if fp.checked == NULL:
+            continue
+        with nogil:
+            for li in range(fp.n_terms):
+                if _list_ready(fp, li) < 0:
+                    bad = True
+                    break
+        if bad:
+            raise ValueError(f"damaged posting list {li} in field {f}")
+    return 0
+
+
+cdef int _bm_given(_Segment s, int f, object bterms, object boff, object bm, double bm_cb) except -1:
+    """Adopt stored block maxima for field f after checking them against the lists: bm_terms
+    ascending, each naming a list of more than one block (its header's count, read with checked
+    varints), bm_off its first block in bm, the blocks adding up to bm's length."""
+    cdef const uint32_t[::1] t = bterms
+    cdef const uint32_t[::1] o = boff
+    cdef const float[::1] m = bm
+    cdef FieldPostings* fp = &s.v.f[f]
+    cdef int64_t i, nl = t.shape[0], nbk = 0, nb
+    cdef uint64_t n
+    cdef const uint8_t* q
+    cdef bint bad = False
+    if o.shape[0] != nl:
+        raise ValueError("bad block maxima")
+    with nogil:
+        for i in range(nl):
+            if t[i] >= fp.n_terms or (i > 0 and t[i] <= t[i - 1]) or o[i] != nbk:
+                bad = True
+                break
+            q = varint_checked(fp.data + fp.offsets[t[i]], fp.data + fp.offsets[t[i] + 1], &n)
+            if q == NULL:
+                bad = True
+                break
+            nb = (<int64_t>n + IX_BLOCK - 1) // IX_BLOCK
+            if nb < 2:
+                bad = True
+                break
+            nbk += nb
+    if bad or nbk != m.shape[0]:
+        raise ValueError("bad block maxima")
+    fp.bm_terms = &t[0] if nl else NULL
+    fp.bm_off = &o[0] if nl else NULL
+    fp.bm = &m[0] if nbk else NULL
+    fp.bm_cb = bm_cb
+    fp.n_bm = nl
+    s.bm_arrays += [bterms, boff, bm]
+    return 0
+
+
+cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb,
+                               const uint32_t* lens, const double* c0, const double* cb):
+    cdef _Segment s
+    cdef int f
+    cdef int64_t total = 0, at = 0
+    if bm is None:
+        s = _segment(0, doc_hi, arrays, lens, c0, cb)
+    else:
+        s = _Segment.__new__(_Segment)
+        s.arrays = arrays
+        s.v.doc_lo = 0
+        s.v.doc_hi = doc_hi
+        s.v.n_dead = 0
+        for f in range(3):
+            s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(arrays[3 * f])
+            s.v.f[f].offsets = <const uint32_t*>cnp.PyArray_DATA(arrays[3 * f + 1])
+            s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(arrays[3 * f + 2])
+            s.v.f[f].n_terms = arrays[3 * f].shape[0]
+            s.v.f[f].n_bytes = arrays[3 * f + 2].shape[0]
+            s.v.f[f].doc_hi = doc_hi
+            s.v.f[f].checked = NULL
+            s.v.f[f].n_bm = 0
+            s.v.f[f].bm_terms = NULL
+            s.v.f[f].bm_off = NULL
+            s.v.f[f].bm = NULL
+            s.v.f[f].bm_cb = 0.0
+        for f in range(3):
+            _bm_given(s, f, bm[3 * f], bm[3 * f + 1], bm[3 * f + 2], float(bm_cb[f]))
+    for f in range(3):
+        total += s.v.f[f].n_terms
+    s.checked_mem = <uint8_t*>PyMem_RawCalloc(<size_t>(total + 1), 1)
+    if s.checked_mem == NULL:
+        raise MemoryError()
+    for f in range(3):
+        s.v.f[f].checked = s.checked_mem + at
+        at += s.v.f[f].n_terms
     return s
 
 
@@ -415,6 +518,7 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         if views == NULL or cur == NULL:
             raise MemoryError()
         for s in range(k):
+            _seg_check_all(<_Segment>segs[s])     # (raw list bytes may be copied as they are)
             views[s] = (<_Segment>segs[s]).v
         for f in range(3):
             with nogil:

@@ -343,6 +343,11 @@ class SearchIndex:
         return {"postings": 5 * n_post, "terms": 16 * len(self._term_keys),
                 "doc_columns": 60 * len(self._docs), "scratch": 0}
 
+    def block_max_arrays(self) -> dict[str, np.ndarray]:
+        """The compiled index's stored block maxima; the twin has none (its from_arrays
+        ignores them)."""
+        return {}
+
     def to_arrays(self) -> dict[str, np.ndarray]:
         docs = self._docs
         n = len(docs)

@@ -16,11 +16,11 @@ already normalized), so token_keys passes to NFKC + casefold only the spans that
 import unicodedata
 
 cimport numpy as cnp
-from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.string cimport memcpy
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 
-from convmem._core._common cimport mix64
+from convmem._core._common cimport GArr, garr_free, garr_init, garr_reserve, mix64
 
 cnp.import_array()
 
@@ -293,14 +293,13 @@ cdef inline bint _is_inert(uint32_t c) noexcept nogil:
 cdef Py_ssize_t MERGE_GAP = 16
 
 
-cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, Py_ssize_t** bounds,
-                             Py_ssize_t* cap) except -1:
-    """Record in (*bounds)[2j], (*bounds)[2j+1] the [start, stop) spans of s that need
+cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, GArr* bounds) except -1:
+    """Append to `bounds` (a GArr of [start, stop) pairs of Py_ssize_t) the spans of s that need
     normalize(); everything outside them is inert. Each span starts one character before its
-    first non-inert character, which may combine with that preceding starter. Grows *bounds
-    (PyMem, owned by the caller) as needed; returns the number of spans."""
+    first non-inert character, which may combine with that preceding starter. Returns the
+    number of spans."""
     cdef Py_ssize_t i = 0, j, start, count = 0
-    cdef Py_ssize_t* grown
+    cdef Py_ssize_t* b
     while i < n:
         if _is_inert(s[i]):
             i += 1
@@ -309,18 +308,16 @@ cdef Py_ssize_t _find_pieces(const ucs_t* s, Py_ssize_t n, Py_ssize_t** bounds,
         j = i + 1
         while j < n and not _is_inert(s[j]):
             j += 1
-        if count > 0 and start - bounds[0][2 * count - 1] < MERGE_GAP:
-            bounds[0][2 * count - 1] = j
+        b = <Py_ssize_t*>bounds.data
+        if count > 0 and start - b[2 * count - 1] < MERGE_GAP:
+            b[2 * count - 1] = j
         else:
-            if count == cap[0]:
-                cap[0] = 2 * cap[0] + 8
-                grown = <Py_ssize_t*>PyMem_Realloc(bounds[0], 2 * cap[0] * sizeof(Py_ssize_t))
-                if grown == NULL:
-                    raise MemoryError()
-                bounds[0] = grown
-            bounds[0][2 * count] = start
-            bounds[0][2 * count + 1] = j
+            garr_reserve(bounds, count + 1)
+            b = <Py_ssize_t*>bounds.data
+            b[2 * count] = start
+            b[2 * count + 1] = j
             count += 1
+            bounds.len = count
         i = j
     return count
 
@@ -338,16 +335,18 @@ cdef str _normalized_for_keys(str text):
     cdef Py_ssize_t n = len(text), count, j, done = 0
     cdef int kind = PyUnicode_KIND(text)
     cdef void* data = PyUnicode_DATA(text)
-    cdef Py_ssize_t cap = 0
-    cdef Py_ssize_t* bounds = NULL
+    cdef GArr spans
+    cdef Py_ssize_t* bounds
     cdef list pieces
+    garr_init(&spans, 2 * sizeof(Py_ssize_t), 0)   # a temporary: doubles
     try:
         if kind == PyUnicode_1BYTE_KIND:
-            count = _find_pieces(<const uint8_t*>data, n, &bounds, &cap)
+            count = _find_pieces(<const uint8_t*>data, n, &spans)
         elif kind == PyUnicode_2BYTE_KIND:
-            count = _find_pieces(<const uint16_t*>data, n, &bounds, &cap)
+            count = _find_pieces(<const uint16_t*>data, n, &spans)
         else:
-            count = _find_pieces(<const uint32_t*>data, n, &bounds, &cap)
+            count = _find_pieces(<const uint32_t*>data, n, &spans)
+        bounds = <Py_ssize_t*>spans.data
         if count == 0:
             return text
         if count == 1 and bounds[0] == 0 and bounds[1] == n:
@@ -362,7 +361,7 @@ cdef str _normalized_for_keys(str text):
             pieces.append(text[done:])
         return "".join(pieces)
     finally:
-        PyMem_Free(bounds)
+        garr_free(&spans)
 
 
 cpdef str normalize(str text):

@@ -153,8 +153,8 @@ class Catalog:
         dead doc like a replaced version (the index gives the same scores without it, see
         docs/SCORING.md), with no record: offset -1 keeps it out of damage checks."""
         self.index.remove(doc, *prep.keys)
-        self.doc_offset.data[doc] = -1
-        self.doc_len.data[doc] = 0
+        self.doc_offset.writable()[doc] = -1
+        self.doc_len.writable()[doc] = 0
 
     def commit_new(self, rec: Record, doc: int, frame_len: int) -> int:
         ulid, ts = rec[R_ULID], rec[R_TIMESTAMP]
@@ -183,7 +183,7 @@ class Catalog:
                 self.sessions.change_kind(num, old_kind, kind)
         else:
             self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
-        self.slot_doc.data[slot] = doc
+        self.slot_doc.writable()[slot] = doc
         if old_doc >= 0 and (rec[R_RELATIONS] or self.doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
             self.relations.set(slot, rec[R_RELATIONS])
         elif old_doc < 0:
@@ -219,7 +219,7 @@ class Catalog:
         doc = int(self.slot_doc.data[slot])
         if doc >= 0:
             self.retire(slot, doc, old_keys)
-            self.slot_doc.data[slot] = -1
+            self.slot_doc.writable()[slot] = -1
 
     def retire(self, slot: int, doc: int, keys: OptionalKeys | None = None) -> None:
         """Take a message's current version out of every index (`keys`: its key arrays, when
@@ -238,7 +238,7 @@ class Catalog:
             slot = int(self.doc_slot.data[doc])
             if int(self.slot_doc.data[slot]) == doc:
                 self.retire(slot, doc)
-                self.slot_doc.data[slot] = -1
+                self.slot_doc.writable()[slot] = -1
 
     def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
         """Apply appended records of new messages (ids checked unused) as apply_message would
@@ -319,6 +319,9 @@ class Catalog:
             **self.relations.arrays(),
         }
         for name, arr in self.index.to_arrays().items():
+            arrays["ix." + name] = arr
+        # Derived, stored so that open does not recompute it (the compiled index only).
+        for name, arr in self.index.block_max_arrays().items():
             arrays["ix." + name] = arr
         return meta, arrays
 
@@ -402,6 +405,8 @@ class Catalog:
         for name, arr in new_index.to_arrays().items():
             if name == "doc_session":
                 arr = session_map[arr].astype(arr.dtype)
+            arrays["ix." + name] = arr
+        for name, arr in new_index.block_max_arrays().items():
             arrays["ix." + name] = arr
         return meta, arrays
 

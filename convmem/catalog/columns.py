@@ -14,19 +14,28 @@ class Column:
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "Column":
-        """Adopt loaded values (copied: snapshot views are read-only and must grow). No slack:
-        a store that is only read holds no spare capacity; the first append grows by a quarter."""
+        """Adopt loaded values without copying them (a snapshot's read-only view is used in
+        place); the first change copies them (`writable`, or an append, which grows by a
+        quarter). No slack: a store that is only read holds no spare capacity."""
         col = cls.__new__(cls)
-        capacity = max(256, len(array))
-        col.data = np.zeros((capacity,) + array.shape[1:], dtype=array.dtype)
-        col.data[: len(array)] = array
+        col.data = array
         col.n = len(array)
         return col
+
+    def writable(self) -> np.ndarray:
+        """The data, copied first if it is still a read-only view (copy on write)."""
+        if not self.data.flags.writeable:
+            grown = np.empty((max(256, self.n),) + self.data.shape[1:], dtype=self.data.dtype)
+            grown[: self.n] = self.data[: self.n]
+            self.data = grown
+        return self.data
 
     def append(self, value) -> int:
         i = self.n
         if i == len(self.data):
             self._grow(i + 1)
+        elif not self.data.flags.writeable:
+            self.writable()
         self.data[i] = value
         self.n = i + 1
         return i
@@ -37,6 +46,8 @@ class Column:
         i = self.n
         if i + k > len(self.data):
             self._grow(i + k)
+        elif not self.data.flags.writeable:
+            self.writable()
         self.data[i : i + k] = values
         self.n = i + k
 

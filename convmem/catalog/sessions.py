@@ -111,6 +111,11 @@ class SessionIndex:
         i = self._position(s, ts, ulid)
         if i >= s.n or int(s.slots[i]) != slot:
             raise RuntimeError("history index lost track of a message")
+        if not s.ts.flags.writeable:  # still a view of the snapshot: copy on write
+            self._bytes -= s.arrays_nbytes()
+            s.ts = s.ts.copy()
+            s.slots = s.slots.copy()
+            self._bytes += s.arrays_nbytes()
         s.ts[i : s.n - 1] = s.ts[i + 1 : s.n].copy()
         s.slots[i : s.n - 1] = s.slots[i + 1 : s.n].copy()
         s.n -= 1
@@ -128,25 +133,32 @@ class SessionIndex:
 
     def load(self, names: list[str], hist_off: np.ndarray, hist_ts: np.ndarray,
              hist_slots: np.ndarray, kind_counts: np.ndarray) -> None:
-        """Restore from a snapshot's arrays (each session's history is hist_*[off[i]:off[i+1]])."""
+        """Restore from a snapshot's arrays (each session's history is hist_*[off[i]:off[i+1]]).
+
+        Each session's history is a view of the snapshot's arrays (read-only, not copied): the
+        first insert copies it as it grows, remove copies it first (_own)."""
         offsets = hist_off.tolist()
         counts = kind_counts.tolist()
+        new = Session.__new__
+        by_name, by_num = self.by_name, self.by_num
+        live = 0
         for num, name in enumerate(names):
-            s = Session(name, num)
-            self.by_name[name] = s
-            self.by_num.append(s)
+            s = new(Session)
+            s.name = name
+            s.num = num
             a, b = offsets[num], offsets[num + 1]
-            n = b - a
-            cap = max(4, n)
-            s.ts = np.empty(cap, dtype=np.int64)
-            s.slots = np.empty(cap, dtype=np.int32)
-            s.ts[:n] = hist_ts[a:b]
-            s.slots[:n] = hist_slots[a:b]
-            s.n = n
+            s.ts = hist_ts[a:b]
+            s.slots = hist_slots[a:b]
+            s.n = b - a
             s.kind_counts = counts[num]
-            if n:
-                self.live_sessions += 1
-            self._bytes += s.nbytes()
+            by_name[name] = s
+            by_num.append(s)
+            live += s.n > 0
+        self.live_sessions += live
+        if by_num:  # Session.nbytes of each, summed without a call per session
+            one = by_num[0]
+            fixed = _sizeof(one) + _sizeof(one.ts) + _sizeof(one.slots) + _sizeof(one.kind_counts)
+            self._bytes += fixed * len(names) + sum(map(_sizeof, names))
         self._order = None
 
     # -- queries ---------------------------------------------------------------------------

@@ -1,0 +1,220 @@
+"""Open + first query, one-character CJK queries, writes during a snapshot (issue 14).
+
+    python benchmarks/open_latency.py open --store DIR [--rounds 7] [--cold] [--query TEXT]
+    python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
+    python benchmarks/open_latency.py writes --store DIR [--count 400]
+
+`open`: each round is a fresh interpreter that imports convmem (timed apart), then times
+MemoryStore.open(DIR) + one search_messages (limit 20). With --cold the page cache of every
+file in DIR is evicted before each round (posix_fadvise DONTNEED after fsync; the interpreter,
+numpy and convmem's own files stay cached, as they would for a host that starts servers often);
+--drop-caches evicts the whole page cache instead (`sync; echo 3 > /proc/sys/vm/drop_caches`,
+root only). Reports every round and the median.
+
+`cjk`: one process; after an untimed warm-up, the queries 東, 会 and 東 京 (plus a two-character
+control 東京) interleaved, `repeat` times each, timed around search_messages (limit 20): p50,
+p99, max. Also the index core alone (index.search on the query's keys) for the same queries.
+
+`writes`: a COPY of DIR (the store is written to) in a temporary directory: write_message
+(1 KiB) latency with no snapshot running, and while MemoryStore.snapshot() runs in another
+thread; beside each, the durability floor (a 1 KiB append + fdatasync in the same directory).
+
+Nothing here is a test; results print as JSON lines (and a table); save them with --out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _paths  # noqa: E402,F401  (convmem on the path)
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from convmem import MemoryStore
+from convmem._core import CORE_KIND
+t1 = time.perf_counter()
+s = MemoryStore.open(sys.argv[1])
+t2 = time.perf_counter()
+r = s.search_messages(query=sys.argv[2], limit=20)
+t3 = time.perf_counter()
+est = s.get_system_health()["memory_estimate"]["total_bytes"]
+import convmem
+print(json.dumps({"core": CORE_KIND, "file": convmem.__file__, "import_s": t1 - t0, "open_s": t2 - t1,
+                  "first_query_s": t3 - t2, "open_first_query_s": t3 - t1,
+                  "hits": len(r["results"]), "estimate": est}))
+s.close()
+"""
+
+
+def evict(store: Path) -> None:
+    for p in store.iterdir():
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
+
+
+def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
+    rows = []
+    for _ in range(args.rounds):
+        if args.drop_caches:
+            os.sync()
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        elif args.cold:
+            evict(args.store)
+        proc = subprocess.run([sys.executable, "-c", CHILD, str(args.store), args.query],
+                              capture_output=True, text=True, check=True)
+        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    med = {k: statistics.median(r[k] for r in rows)
+           for k in ("import_s", "open_s", "first_query_s", "open_first_query_s")}
+    mode = "drop_caches" if args.drop_caches else "cold" if args.cold else "warm"
+    return {"what": "open", "mode": mode, "store": str(args.store), "core": rows[0]["core"],
+            "rounds": rows, "median": med}
+
+
+def cmd_cjk(args: argparse.Namespace) -> dict[str, Any]:
+    from convmem import MemoryStore
+    from convmem._core import tokenizer as tok
+    st = MemoryStore.open(args.store)
+    queries = ["東", "会", "東 京", "東京"]
+    for q in queries:  # warm-up
+        for _ in range(5):
+            st.search_messages(query=q, limit=20)
+    full: dict[str, list[float]] = {q: [] for q in queries}
+    core: dict[str, list[float]] = {q: [] for q in queries}
+    ix = st._catalog.index
+    for _ in range(args.repeat):
+        for q in queries:
+            t0 = time.perf_counter()
+            st.search_messages(query=q, limit=20)
+            t1 = time.perf_counter()
+            keys = tok.token_keys(q)
+            ix.search(keys, 20)
+            t2 = time.perf_counter()
+            full[q].append(t1 - t0)
+            core[q].append(t2 - t1)
+    st.close()
+    out = {}
+    for q in queries:
+        out[q] = {"full_p50_ms": pct(full[q], 50) * 1e3, "full_p99_ms": pct(full[q], 99) * 1e3,
+                  "full_max_ms": max(full[q]) * 1e3, "core_p50_ms": pct(core[q], 50) * 1e3,
+                  "core_p99_ms": pct(core[q], 99) * 1e3}
+    return {"what": "cjk", "store": str(args.store), "repeat": args.repeat, "queries": out}
+
+
+def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
+    from convmem import MemoryStore
+    work = Path(tempfile.mkdtemp(prefix="cm-writes-", dir=args.tmp))
+    store_dir = work / "store"
+    try:
+        shutil.copytree(args.store, store_dir)
+        (store_dir / "LOCK").unlink(missing_ok=True)
+        st = MemoryStore.open(store_dir)
+        floor_fd = os.open(work / "floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        blob = b"x" * 1024
+        text = ("lorem ipsum dolor sit amet " * 40)[:1024]
+
+        def one_write(i: int) -> tuple[float, float]:
+            t0 = time.perf_counter()
+            st.write_message(session_id=f"bench-{i % 50}", role="user", content=f"{i} {text}")
+            t1 = time.perf_counter()
+            os.write(floor_fd, blob)
+            os.fdatasync(floor_fd)
+            t2 = time.perf_counter()
+            return t1 - t0, t2 - t1
+
+        for i in range(50):  # warm-up
+            one_write(i)
+        quiet_w, quiet_f = [], []
+        for i in range(args.count):
+            w, f = one_write(i)
+            quiet_w.append(w)
+            quiet_f.append(f)
+        during_w, during_f = [], []
+        snaps = 0
+        snap_s: list[float] = []
+        while len(during_w) < args.count:
+            done = threading.Event()
+
+            def snap() -> None:
+                t0 = time.perf_counter()
+                st.snapshot()
+                snap_s.append(time.perf_counter() - t0)
+                done.set()
+
+            th = threading.Thread(target=snap)
+            th.start()
+            i = 0
+            while not done.is_set() and len(during_w) < args.count:
+                w, f = one_write(10_000 + len(during_w))
+                during_w.append(w)
+                during_f.append(f)
+                i += 1
+            th.join()
+            snaps += 1
+            if i == 0:
+                break
+        st.close()
+        os.close(floor_fd)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    def summ(v: list[float]) -> dict[str, float]:
+        return {"n": len(v), "p50_ms": pct(v, 50) * 1e3, "p99_ms": pct(v, 99) * 1e3,
+                "max_ms": max(v) * 1e3 if v else 0.0}
+
+    return {"what": "writes", "store": str(args.store), "snapshots": snaps,
+            "snapshot_s": snap_s, "quiet": {"write": summ(quiet_w), "floor": summ(quiet_f)},
+            "during_snapshot": {"write": summ(during_w), "floor": summ(during_f)}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("open")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--cold", action="store_true")
+    p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--query", default="database migration")
+    p = sub.add_parser("cjk")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--repeat", type=int, default=300)
+    p = sub.add_parser("writes")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--count", type=int, default=400)
+    p.add_argument("--tmp", default=None)
+    for p in sub.choices.values():
+        p.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    res = {"open": cmd_open, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
+    line = json.dumps(res, ensure_ascii=False)
+    print(line)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
