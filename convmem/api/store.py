@@ -11,6 +11,7 @@ store/.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -56,6 +57,22 @@ SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the in
 SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
 _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _T = TypeVar("_T")
+
+
+class _IndexRebuilt(Exception):
+    """A write found the snapshot's index damaged before writing anything; the state has been
+    rebuilt from the log, and the write may run again."""
+
+
+def _once_more(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run a write tool again, once, if it stopped at a damaged index (_IndexRebuilt)."""
+    @functools.wraps(method)
+    def run(self: "MemoryStore", **kwargs: Any) -> _T:
+        try:
+            return method(self, **kwargs)
+        except _IndexRebuilt:
+            return method(self, **kwargs)
+    return run
 
 
 class MemoryStore:
@@ -179,6 +196,10 @@ class MemoryStore:
         recovery.replay(self._log, self._catalog, codec.LOG_HEADER_SIZE, self._findings)
         self._try_snapshot("snapshot after reloading")
 
+    def _index_damaged(self, exc: ValueError) -> None:
+        self._reload_from_log(f"CORRUPT_STORE: the snapshot's search index is damaged ({exc}); "
+                              "state rebuilt from the log")
+
     def _rebuild_state(self, why: str) -> None:
         """The in-memory state may have missed records that are durable in the log (applying
         them was interrupted): build it again from the snapshot and the log, as open does."""
@@ -216,7 +237,13 @@ class MemoryStore:
 
     # -- snapshot ------------------------------------------------------------------------
     def _write_snapshot(self) -> None:
-        meta, arrays = self._catalog.snapshot_state()
+        try:
+            meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
+        except ValueError as exc:
+            if not _is_index_damage(exc):
+                raise
+            self._index_damaged(exc)  # a new state from the log, snapshotted there
+            return
         meta.update(self._log_meta(), covered_end=self._log.size)
         try:
             write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
@@ -289,8 +316,13 @@ class MemoryStore:
         offset = self._noting_errors(lambda: self._log.begin_append(frame))
         try:
             result = work(offset)
-        except BaseException:
+        except BaseException as exc:
             self._log.abort_append()
+            if isinstance(exc, ValueError) and _is_index_damage(exc):
+                # Staging merged a damaged list of the mapped snapshot: nothing was written;
+                # the state is rebuilt from the log and the call runs again (_once_more).
+                self._index_damaged(exc)
+                raise _IndexRebuilt from exc
             raise
         try:
             self._noting_errors(self._log.finish_append)
@@ -312,6 +344,7 @@ class MemoryStore:
     # =====================================================================================
     # Tools
     # =====================================================================================
+    @_once_more
     def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
                       metadata_json: Any = None) -> dict[str, Any]:
         session = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
@@ -345,6 +378,7 @@ class MemoryStore:
             self._after_write()
             return answer
 
+    @_once_more
     def update_message(self, *, message_id: Any = None, content: Any = None,
                        metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
@@ -389,6 +423,7 @@ class MemoryStore:
             self._after_write()
             return answer
 
+    @_once_more
     def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
         guard = None
@@ -472,9 +507,25 @@ class MemoryStore:
                     session_docs = cat.session_docs(s)
             if len(keys) == 0:
                 return {"results": results}
-            docs, scores, parts = cat.index.search(
-                keys, lim, session=session_num, kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
-                min_importance=min_imp, tag_hashes=filter_tags, session_docs=session_docs)
+            search_args = dict(session=session_num, kind_mask=flt.kind_mask,
+                               tier_mask=flt.tier_mask, min_importance=min_imp,
+                               tag_hashes=filter_tags, session_docs=session_docs)
+            try:
+                docs, scores, parts = cat.index.search(keys, lim, **search_args)
+            except ValueError as exc:
+                if not _is_index_damage(exc):
+                    raise
+                # A posting list of the mapped snapshot failed its check on first use: it is
+                # never read. The state is rebuilt from the log (the truth) and the query runs
+                # there; health reports the damage.
+                self._index_damaged(exc)
+                cat, reader = self._catalog, self._reader
+                if name is not None:
+                    s = cat.sessions.get(name)
+                    search_args["session"] = s.num
+                    if session_docs is not None:
+                        search_args["session_docs"] = cat.session_docs(s)
+                docs, scores, parts = cat.index.search(keys, lim, **search_args)
             budget = Budget(results)
             offsets = cat.doc_offset.data[docs].tolist()
             lengths = cat.doc_len.data[docs].tolist()
@@ -711,6 +762,11 @@ class MemoryStore:
 _SNAPSHOT_FAILED = "IO_ERROR: snapshot write failed"
 
 
+def _is_index_damage(exc: ValueError) -> bool:
+    """A posting list of a mapped snapshot that failed its check when first used."""
+    return "damaged posting list" in str(exc)
+
+
 class _Applying:
     """The in-memory work after an append became durable must not be cut short: the log would
     then hold records the state never saw, and the next snapshot would claim to cover them.
@@ -736,7 +792,10 @@ class _Applying:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:
             if exc is not None and self.durable:
-                self.store._rebuild_state(self.why)  # noqa: SLF001
+                if isinstance(exc, ValueError) and _is_index_damage(exc):
+                    self.store._index_damaged(exc)  # noqa: SLF001 (from the log alone)
+                else:
+                    self.store._rebuild_state(self.why)  # noqa: SLF001
         finally:
             if self.blocked is not None:
                 signal.pthread_sigmask(signal.SIG_SETMASK, self.blocked)

@@ -14,6 +14,7 @@ import textwrap
 import zlib
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 
@@ -375,3 +376,48 @@ def test_cursor_key_is_made_durable_private_and_kept(tmp_path, monkeypatch):
     with MemoryStore.open(tmp_path) as s:
         assert (tmp_path / "cursor.key").read_bytes() == key
         assert page == s.read_messages(view="sessions", limit=1)
+
+
+def test_damaged_posting_list_found_on_first_use_rebuilds_from_the_log(tmp_path):
+    """A posting list of the snapshot whose checksum was forged along with it: decoding it on
+    first use finds the damage; the search is answered from a state rebuilt from the log, and
+    health reports it. Later merges (a checkpoint) do not trip over it again."""
+    with MemoryStore.open(tmp_path) as s:
+        s.import_messages([{"session_id": f"s{i % 5}", "role": "user",
+                            "content": f"common word {i} " + ("rare" if i % 50 == 0 else "")}
+                           for i in range(600)])
+    meta, arrays = read_snapshot(tmp_path / SNAP)
+    offsets = arrays["ix.post_offsets_content"].astype(np.int64)
+    victim = int(np.argmax(np.diff(offsets)))  # the longest list: "common"'s
+    lo, hi = int(offsets[victim]), int(offsets[victim + 1])
+    section = next(sec for sec in meta["sections"] if sec["name"] == "ix.post_data_content")
+    data = bytearray((tmp_path / SNAP).read_bytes())
+    start = section["offset"]
+    _, version, meta_len, _, _ = struct.unpack_from("<8sIIII", data, 0)
+    for fill in range(0xFF, 0x80, -1):  # a damage whose checksum fits the meta's room
+        data[start + lo + 12:start + hi] = bytes([fill]) * (hi - lo - 12)
+        body = bytes(data[start:start + section["nbytes"]])
+        doc = orjson.loads(bytes(data[24:24 + meta_len]))
+        for sec in doc["sections"]:
+            if sec["name"] == "ix.post_data_content":
+                sec["crc"] = zlib.crc32(body)
+        new_meta = orjson.dumps(doc)
+        if len(new_meta) <= meta_len:
+            break
+    new_meta = new_meta.ljust(meta_len)
+    head = b"CVMEMSNP" + struct.pack("<III", version, meta_len, zlib.crc32(new_meta))
+    data[0:24] = head + struct.pack("<I", zlib.crc32(head))
+    data[24:24 + meta_len] = new_meta
+    (tmp_path / SNAP).write_bytes(bytes(data))
+    with MemoryStore.open(tmp_path) as s:
+        assert s.get_system_health()["status"] == "OK"  # nothing decoded yet
+        got = s.search_messages(query="common", limit=100)["results"]
+        assert len(got) == 100 and all("common" in r["content"] for r in got)
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED" and "search index is damaged" in h["last_error"]
+        assert h["active_messages"] == 600
+        s.write_message(session_id="s0", role="user", content="common after")
+        s.checkpoint()
+    with MemoryStore.open(tmp_path) as s:  # the snapshot written from the log is good
+        assert s.get_system_health()["status"] == "OK"
+        assert len(s.search_messages(query="common", limit=100)["results"]) == 100
