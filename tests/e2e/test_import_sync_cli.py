@@ -68,7 +68,8 @@ def test_import_cli_forced_format_and_unknown_file(tmp_path: Path) -> None:
 
 
 def test_kill_9_during_a_large_import_then_rerun_leaves_each_message_once(tmp_path: Path) -> None:
-    n = 40_000
+    # (the pure-Python twins import ~10x slower: a smaller import shows the same)
+    n = 6_000 if os.environ.get("CONVMEM_PURE", "") not in ("", "0") else 40_000
     src = tmp_path / f"{SID}.jsonl"
     src.write_bytes(b"".join(cc_line(i) for i in range(n)))
     data = tmp_path / "data"
@@ -77,7 +78,7 @@ def test_kill_9_during_a_large_import_then_rerun_leaves_each_message_once(tmp_pa
     log = data / "messages.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and log.stat().st_size > 400_000:  # some batches are durable
+        if log.exists() and log.stat().st_size > 10 * n:  # some batches are durable
             break
         time.sleep(0.005)
     assert proc.poll() is None, "the import ended before it could be killed"
