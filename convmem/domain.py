@@ -27,7 +27,9 @@ MAX_TAG_BYTES = 128
 MAX_SUMMARY_BYTES = 4096
 MAX_RELATIONS = 32
 MAX_SOURCES = 64
-MAX_JSON_ARG_BYTES = 1024 * 1024  # metadata/filters JSON: far above any valid value's size
+# metadata/filters JSON is parsed up to the transports' body limit, so that an oversized but valid
+# argument is refused by the field at fault (summary must be at most 4096 bytes), not by its size.
+MAX_JSON_ARG_BYTES = 16 * 1024 * 1024
 MAX_FILTER_VALUES = 64  # entries of filters_json.kinds / .tiers
 MAX_RELATION_TYPE_VALUES = 16  # entries of relation_types_json
 MAX_CURSOR_CHARS = 2048

@@ -152,10 +152,23 @@ METADATA_FIELDS = ("tool_call_id", "tags", "memory_tier", "memory_kind", "import
                    "relations", "source_message_ids")
 
 
+_FIELD_TYPES = {
+    "tool_call_id": "a string",
+    "tags": "an array of strings",
+    "memory_tier": f"one of {', '.join(TIERS)}",
+    "memory_kind": f"one of {', '.join(KINDS)}",
+    "importance": "an integer between 0 and 100",
+    "summary": "a string",
+    "relations": "an array of relation objects",
+    "source_message_ids": "an array of ULIDs",
+}
+
+
 def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
     """Validate a metadata object; returns only the fields it sets, normalised.
 
-    A field given as null resets to its default (unset for tool_call_id and summary).
+    A field given as null is refused, naming the field and its type (it is never read as "the
+    default": a client that means "no tags" says `[]`). An empty summary or tool_call_id unsets it.
     """
     if not isinstance(value, dict):
         raise fail(f"{name} must be a JSON object")
@@ -166,6 +179,8 @@ def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
         if check is None:
             shown = key if len(key) <= 64 and key.isidentifier() else "(unnamed)"
             raise fail(f"{name}: unknown field {shown}; allowed fields are {', '.join(METADATA_FIELDS)}")
+        if val is None:
+            raise _null_field(name, key)
         # A fast check answers _NOT_FAST when it cannot decide; _metadata_field then does.
         got = check(val)
         out[key] = _metadata_field(name, key, val) if got is _NOT_FAST else got
@@ -226,7 +241,7 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
     """One field, checked in full (the reference for the fast checks above)."""
     where = f"{name}.{key}"
     if val is None:
-        return None
+        raise _null_field(name, key)
     if key == "tool_call_id":
         return text(where, val, min_bytes=0, max_bytes=MAX_TOOL_CALL_ID_BYTES)[0]
     if key == "tags":
@@ -256,6 +271,10 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
     if not isinstance(val, list) or len(val) > MAX_SOURCES:
         raise fail(f"{where} must be an array of at most {MAX_SOURCES} ULIDs")
     return [ulid(f"{where}[]", u) for u in val]
+
+
+def _null_field(name: str, key: str) -> ConvMemError:
+    return fail(f"{name}.{key} must be {_FIELD_TYPES[key]}, not null")
 
 
 def apply_metadata(base: Metadata | None, fields: dict[str, Any]) -> Metadata:

@@ -599,3 +599,28 @@ def test_import_counters_at_their_format_limits(store):
         (err,) = store.import_message_batch([{**ok, field: value}])
         assert err is not None and err.code == "VALIDATION_ERROR" and field in err.message
     assert store.get_system_health()["active_messages"] == 1
+
+
+@pytest.mark.parametrize("field", ["tool_call_id", "tags", "memory_tier", "memory_kind",
+                                   "importance", "summary", "relations", "source_message_ids"])
+def test_a_null_metadata_field_is_refused_by_name_on_write_and_update(store, field):
+    first = write(store, "hello", tags=["kept"], importance=70)
+    size = store.get_system_health()["log_size"]
+    for call in (lambda: store.write_message(session_id="s1", role="user", content="x",
+                                             metadata_json=json.dumps({field: None})),
+                 lambda: store.update_message(message_id=first["message_id"],
+                                              metadata_json=json.dumps({field: None}))):
+        with pytest.raises(ConvMemError) as err:
+            call()
+        assert err.value.code == "VALIDATION_ERROR"
+        assert f"metadata_json.{field} must be" in err.value.message and "not null" in err.value.message
+    assert store.get_system_health()["log_size"] == size  # nothing was written
+    kept = store.read_messages(session_id="s1")["history"][0]["metadata"]
+    assert kept["tags"] == ["kept"] and kept["importance"] == 70
+
+
+def test_an_oversized_metadata_value_is_refused_by_the_field_at_fault(store):
+    meta = json.dumps({"summary": "s" * (2 * 1024 * 1024)})  # valid JSON, over 1 MiB
+    with pytest.raises(ConvMemError) as err:
+        store.write_message(session_id="s1", role="user", content="x", metadata_json=meta)
+    assert err.value.code == "VALIDATION_ERROR" and "summary must be at most 4096" in err.value.message
