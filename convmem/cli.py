@@ -112,6 +112,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif args.tokens_file:
         _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
 
+    if args.transport == "stdio" and not sys.stdin.isatty():
+        relayed = _relay_stdio(data_dir)
+        if relayed is not None:
+            return relayed
     # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
     # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
     importer = _import_in_background("convmem.server")
@@ -151,6 +155,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(EXIT_OK)
     return EXIT_OK
+
+
+def _relay_stdio(data_dir: Path) -> int | None:
+    """With another convmem process owning the store, relay this host's stdio to it as bytes
+    (convmem/owner/relay.py: no MCP SDK, no store in this process); None when no process serves
+    the store (this one then opens it)."""
+    from convmem.owner.relay import Relay, connect_stream
+
+    sock = connect_stream(data_dir)
+    if sock is None:
+        return None
+    relay = Relay(data_dir, sock, __version__)
+
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return relay.run()
+    except KeyboardInterrupt:  # SIGTERM: a host stopping it (0); Ctrl-C: 130
+        relay.close()
+        return EXIT_OK if terminated else 130
 
 
 def _serve_stdio(store: Any, version: str, data_dir: Path) -> bool:
