@@ -25,6 +25,7 @@ logger = logging.getLogger("convmem.cli")
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+STORE_LOG = "messages.log"  # convmem.store.logfile.LOG_NAME (a test checks), without its imports
 
 
 def core_kind() -> str | None:
@@ -62,10 +63,21 @@ def _open_store(data_dir: Path) -> Any:
     try:
         return SharedStore.open(data_dir)
     except ConvMemError as exc:
+        if exc.code == "IO_ERROR" and data_dir.is_dir() and not os.access(data_dir, os.W_OK):
+            _fail(f"IO_ERROR: cannot write {data_dir}: Permission denied")
         if exc.code == "BUSY":
             _fail(f"BUSY: {data_dir}: {exc.message}")
         where = "" if str(data_dir) in exc.message else f"cannot open {data_dir}: "
         _fail(f"{exc.code}: {where}{exc.message}")
+
+
+def _require_store(data_dir: Path) -> None:
+    """A command that reads: a directory without a store is a mistake (a mistyped path), not a
+    new empty store."""
+    if not data_dir.is_dir():
+        _fail(f"NOT_FOUND: {data_dir} does not exist: no convmem store there")
+    if not (data_dir / STORE_LOG).exists():
+        _fail(f"NOT_FOUND: {data_dir} holds no convmem store")
 
 
 def _write_json(payload: Any) -> None:
@@ -75,8 +87,18 @@ def _write_json(payload: Any) -> None:
     out.flush()
 
 
+def _command_line() -> tuple[str, list[str]]:
+    """How a host should start this very convmem: the absolute path of the running `convmem`
+    script (a host's PATH rarely has the virtualenv's bin), else this Python with -m convmem."""
+    script = Path(sys.argv[0]).absolute() if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "convmem" and os.access(script, os.X_OK):
+        return str(script), []
+    return sys.executable, ["-m", "convmem"]
+
+
 def _host_config_snippet(data_dir: Path) -> str:
-    entry = {"mcpServers": {"convmem": {"command": "convmem", "args": ["serve", "--data-dir", str(data_dir)]}}}
+    command, prefix = _command_line()
+    entry = {"mcpServers": {"convmem": {"command": command, "args": [*prefix, "serve", "--data-dir", str(data_dir)]}}}
     return orjson.dumps(entry).decode()
 
 
@@ -112,6 +134,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     elif args.tokens_file:
         _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
 
+    if args.transport == "stdio" and not sys.stdin.isatty():
+        relayed = _relay_stdio(data_dir)
+        if relayed is not None:
+            return relayed
     # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
     # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
     importer = _import_in_background("convmem.server")
@@ -145,16 +171,41 @@ def cmd_serve(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if interrupted:
-        # The SDK's stdin reader thread is blocked in read() and cannot be cancelled; the
-        # interpreter would wait for it until the host closes the pipe. The store is closed.
+        # A stdin reader thread may be blocked in read() (a terminal) and cannot be cancelled;
+        # the interpreter would wait for it until Enter. The store is closed: leave now.
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(EXIT_OK)
+        os._exit(130 if interrupted == signal.SIGINT else EXIT_OK)
     return EXIT_OK
 
 
-def _serve_stdio(store: Any, version: str, data_dir: Path) -> bool:
-    """Serve until stdin closes (returns False) or SIGTERM/SIGINT (returns True)."""
+def _relay_stdio(data_dir: Path) -> int | None:
+    """With another convmem process owning the store, relay this host's stdio to it as bytes
+    (convmem/owner/relay.py: no MCP SDK, no store in this process); None when no process serves
+    the store (this one then opens it)."""
+    from convmem.owner.relay import Relay, connect_stream
+
+    sock = connect_stream(data_dir)
+    if sock is None:
+        return None
+    relay = Relay(data_dir, sock, __version__)
+
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return relay.run()
+    except KeyboardInterrupt:  # SIGTERM: a host stopping it (0); Ctrl-C: 130
+        relay.close()
+        return EXIT_OK if terminated else 130
+
+
+def _serve_stdio(store: Any, version: str, data_dir: Path) -> int:
+    """Serve until stdin closes (returns 0) or SIGTERM/SIGINT (returns the signal's number)."""
     import anyio
 
     from convmem.server import serve_stdio
@@ -164,20 +215,39 @@ def _serve_stdio(store: Any, version: str, data_dir: Path) -> bool:
             f"convmem: serving the memory in {data_dir} over MCP stdio.\n"
             "This command is meant to be started by an MCP host, which talks JSON-RPC on its stdin/stdout.\n"
             f"Host configuration: {_host_config_snippet(data_dir)}\n"
-            "Press Ctrl-D to stop.\n"
+            "Press Ctrl-C or Ctrl-D to stop.\n"
         )
         sys.stderr.flush()
 
-    def on_sigterm(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt  # unwinds the event loop so the store is closed cleanly
+    got: list[int] = []
 
-    signal.signal(signal.SIGTERM, on_sigterm)
+    def on_signal(signum: int, frame: Any) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt  # unwinds the wait below so the store is closed cleanly
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # The session runs in a thread: the main thread only waits, so Ctrl-C (or SIGTERM) stops the
+    # server at once even while a terminal read blocks the session's reader.
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(serve_stdio, store, version)
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+
+    session = threading.Thread(target=run, name="convmem-stdio", daemon=True)
+    session.start()
     try:
-        anyio.run(serve_stdio, store, version)
+        while session.is_alive():
+            session.join(0.25)
     except KeyboardInterrupt:
         logger.info("interrupted, shutting down")
-        return True
-    return False
+        return got[-1] if got else signal.SIGINT
+    if failure:
+        raise failure[0]
+    return 0
 
 
 def _import_options(args: argparse.Namespace) -> Any:
@@ -316,7 +386,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from convmem.importers import export_jsonl
 
-    store = _open_store(args.data_dir)
+    store = _read_store(args)
     try:
         count = export_jsonl(store, sys.stdout.buffer, args.session_id)
     except ConvMemError as exc:
@@ -327,48 +397,272 @@ def cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_health(args: argparse.Namespace) -> int:
-    store = _open_store(args.data_dir)
+def _want_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def _colour() -> bool:
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
+def _when(ms: Any) -> str:
+    import time
+
+    if not isinstance(ms, int):
+        return "?"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ms / 1000))
+
+
+def _snippet(text: str, query: str | None, width: int = 160) -> str:
+    """One line of `text` around the first query term found, the terms highlighted on a terminal."""
+    import re
+
+    flat = " ".join(text.split())
+    terms = [t for t in re.findall(r"\w+", query or "") if len(t) > 1]
+    pattern = re.compile("|".join(re.escape(t) for t in terms), re.IGNORECASE) if terms else None
+    start = 0
+    if pattern is not None:
+        m = pattern.search(flat)
+        if m is not None and m.start() > width // 3:
+            start = m.start() - width // 3
+    cut = flat[start:start + width]
+    cut = ("…" if start else "") + cut + ("…" if start + width < len(flat) else "")
+    if pattern is not None and _colour():
+        cut = pattern.sub(lambda m: f"\x1b[1;33m{m.group(0)}\x1b[0m", cut)
+    return cut
+
+
+def _print_message(m: dict[str, Any], query: str | None = None, full: bool = False) -> None:
+    meta = m.get("metadata") or {}
+    head = f"{_when(m.get('timestamp'))}  {m.get('session_id')}  {m.get('role')}  {m.get('message_id')}"
+    extra = [f"{meta.get('memory_kind', '')}/{meta.get('memory_tier', '')}"]
+    if meta.get("importance") is not None:
+        extra.append(f"importance {meta['importance']}")
+    if meta.get("tags"):
+        extra.append("tags " + ",".join(meta["tags"]))
+    if "score" in m:
+        extra.append(f"score {m['score']:.3g}" if isinstance(m["score"], float) else f"score {m['score']}")
+    bold = "\x1b[1m" if _colour() else ""
+    reset = "\x1b[0m" if _colour() else ""
+    lines = [f"{bold}{head}{reset}  ({'; '.join(extra)})"]
+    content = m.get("content", "")
+    lines.append(content if full else "  " + _snippet(content, query))
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
+def _run_tool(store: Any, name: str, **kwargs: Any) -> dict[str, Any]:
     try:
-        _write_json(store.get_system_health())
+        return getattr(store, name)(**kwargs)
+    except ConvMemError as exc:
+        store.close()
+        _fail(f"{exc.code}: {exc.message}")
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [x.strip() for x in value.split(",") if x.strip()]
+
+
+def _read_store(args: argparse.Namespace) -> Any:
+    """The store for a command that only reads: a directory that holds no store is an error."""
+    _require_store(args.data_dir)
+    return _open_store(args.data_dir)
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    store = _read_store(args)
+    try:
+        health = store.get_system_health()
     finally:
         store.close()
-    return EXIT_OK
+    if _want_json(args):
+        _write_json(health)
+    else:
+        mem = health.get("memory_estimate", {}).get("total_bytes", 0)
+        sys.stdout.write(
+            f"status {health['status']}: {health['active_messages']} messages in {health['session_count']} "
+            f"sessions ({health['deleted_messages']} deleted), log {health['log_size']} bytes, "
+            f"snapshot {health['snapshot_size']} bytes, memory ~{mem // (1 << 20)} MiB\n")
+        if health.get("last_error"):
+            sys.stdout.write(f"last error: {health['last_error']}\n")
+    return EXIT_ERROR if health.get("status") == "DEGRADED" else EXIT_OK
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    store = _open_store(args.data_dir)
+    filters = {k: v for k, v in (("kinds", _split(args.kinds)), ("tiers", _split(args.tiers)),
+                                 ("tags", _split(args.tags))) if v}
+    store = _read_store(args)
     try:
-        result = store.search_messages(query=args.query, limit=args.limit, session_id=args.session_id)
-    except ConvMemError as exc:
-        _fail(f"{exc.code}: {exc.message}")
+        result = _run_tool(store, "search_messages", query=args.query, limit=args.limit,
+                           session_id=args.session_id, min_importance=args.min_importance,
+                           filters_json=orjson.dumps(filters).decode() if filters else None)
     finally:
         store.close()
-    _write_json(result)
+    if _want_json(args):
+        _write_json(result)
+        return EXIT_OK
+    results = result.get("results", [])
+    if not results:
+        sys.stdout.write("no match\n")
+    for m in results:
+        _print_message(m, args.query)
+    return EXIT_OK
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    store = _read_store(args)
+    sessions: list[dict[str, Any]] = []
+    cursor = None
+    try:
+        while len(sessions) < args.limit:
+            page = _run_tool(store, "read_messages", view="sessions", limit=min(100, args.limit - len(sessions)),
+                             cursor=cursor)
+            sessions += page["sessions"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json({"sessions": sessions})
+        return EXIT_OK
+    for s in sessions:
+        summary = s.get("representative_summary") or ""
+        summary = summary.get("content", "") if isinstance(summary, dict) else str(summary)
+        sys.stdout.write(f"{_when(s.get('started_at'))} .. {_when(s.get('last_message_at'))}  "
+                         f"{s['session_id']}  {s['message_count']} messages\n")
+        if summary:
+            sys.stdout.write(f"  {_snippet(summary, None)}\n")
+    if not sessions:
+        sys.stdout.write("no sessions\n")
+    return EXIT_OK
+
+
+def _looks_like_ulid(text: str) -> bool:
+    import re
+
+    return re.fullmatch(r"[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}", text) is not None
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """A message (by id) with its whole content, or a session's messages (by session id)."""
+    store = _read_store(args)
+    try:
+        if _looks_like_ulid(args.id):
+            try:
+                found = store.read_messages(view="context", message_id=args.id, before=0, after=0)
+            except ConvMemError as exc:
+                if exc.code != "NOT_FOUND":
+                    store.close()
+                    _fail(f"{exc.code}: {exc.message}")
+                found = None
+            if found is not None:
+                message = found["message"]
+                parts, offset = [], 0
+                while True:  # the whole content, past the context view's cut
+                    page = _run_tool(store, "read_messages", view="content", message_id=args.id,
+                                     content_offset=offset)["content_range"]
+                    parts.append(page["content"])
+                    offset = page["next_content_offset"]
+                    if page["complete"]:
+                        break
+                message["content"] = "".join(parts)
+                if _want_json(args):
+                    _write_json(found)
+                else:
+                    _print_message(message, full=True)
+                return EXIT_OK
+        history: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            try:
+                page = store.read_messages(view="history", session_id=args.id, limit=1000, cursor=cursor)
+            except ConvMemError as exc:
+                store.close()
+                _fail(f"{exc.code}: {exc.message}")
+            history += page["history"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+    finally:
+        store.close()
+    if not history:
+        _fail(f"NOT_FOUND: no message or session {args.id!r}")
+    if _want_json(args):
+        _write_json({"session_id": args.id, "history": history})
+    else:
+        for m in history:
+            _print_message(m, full=True)
+    return EXIT_OK
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    _require_store(args.data_dir)
+    store = _open_store(args.data_dir)
+    try:
+        result = _run_tool(store, "delete_message", message_id=args.message_id)
+    finally:
+        store.close()
+    found = result.get("status") == "OK"
+    if _want_json(args):
+        _write_json(result)
+    elif found:
+        sys.stdout.write(f"deleted {args.message_id}\n")
+    else:
+        sys.stderr.write(f"convmem: NOT_FOUND: no live message {args.message_id}\n")
+    return EXIT_OK if found else EXIT_ERROR
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    _require_store(args.data_dir)
+    store = _open_store(args.data_dir)
+    try:
+        result = _run_tool(store, "rebuild_index")
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json(result)
+    else:
+        sys.stdout.write("rebuilt: " + ", ".join(f"{k} {v}" for k, v in result.items() if k != "status") + "\n")
     return EXIT_OK
 
 
 # --- parser -----------------------------------------------------------------------------------
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0-65535, not {port}")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
+    data_help = ("memory directory (default: $CONVMEM_DATA_DIR, else $XDG_DATA_HOME/convmem, else "
+                 "~/.local/share/convmem)")
+    # The same options before the command (convmem --data-dir D health) and after it; a value
+    # given after the command wins (SUPPRESS: an absent option does not overwrite the first).
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help="memory directory (default: $CONVMEM_DATA_DIR, else $XDG_DATA_HOME/convmem, else ~/.local/share/convmem)",
-    )
-    common.add_argument("--log-level", choices=LOG_LEVELS, default="warning", help="stderr log level (default: warning)")
+    common.add_argument("--data-dir", type=Path, default=argparse.SUPPRESS, help=data_help)
+    common.add_argument("--log-level", choices=LOG_LEVELS, default=argparse.SUPPRESS,
+                        help="stderr log level (default: warning)")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print JSON (for scripts) instead of text")
 
     parser = argparse.ArgumentParser(prog="convmem", description="Conversation memory for LLM agents over MCP.")
     parser.add_argument("--version", action="store_true", help="print the version and which core is loaded")
+    parser.add_argument("--data-dir", type=Path, default=None, help=data_help)
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="warning", help="stderr log level (default: warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", parents=[common], help="serve the MCP tools (stdio by default)")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=3001, help="HTTP port, 0 picks a free one (default: 3001)")
+    serve.add_argument("--port", type=_port, default=3001, help="HTTP port, 0 picks a free one (default: 3001)")
     serve.add_argument("--tokens-file", default=None, help="bearer tokens, one 'read TOKEN' or 'write TOKEN' per line")
     serve.set_defaults(func=cmd_serve)
 
@@ -402,17 +696,37 @@ def build_parser() -> argparse.ArgumentParser:
     syn.set_defaults(func=cmd_sync)
 
     exp = sub.add_parser("export", parents=[common], help="write the live messages as JSON Lines to stdout")
-    exp.add_argument("--session-id", default=None)
+    exp.add_argument("--session-id", "--session", default=None)
     exp.set_defaults(func=cmd_export)
 
-    health = sub.add_parser("health", parents=[common], help="print the store's health JSON")
+    health = sub.add_parser("health", parents=[common, as_json],
+                            help="the store's health (exit 1 when DEGRADED)")
     health.set_defaults(func=cmd_health)
 
-    search = sub.add_parser("search", parents=[common], help="search and print the results JSON")
+    search = sub.add_parser("search", parents=[common, as_json], help="search the memory")
     search.add_argument("query")
-    search.add_argument("--limit", type=int, default=None)
-    search.add_argument("--session-id", default=None)
+    search.add_argument("--limit", type=int, default=None, help="results (default 20)")
+    search.add_argument("--session", "--session-id", dest="session_id", default=None, help="only this session")
+    search.add_argument("--kinds", default=None, help="comma-separated memory kinds")
+    search.add_argument("--tiers", default=None, help="comma-separated memory tiers")
+    search.add_argument("--tags", default=None, help="comma-separated tags (all must be present)")
+    search.add_argument("--min-importance", type=int, default=None, metavar="N")
     search.set_defaults(func=cmd_search)
+
+    sessions = sub.add_parser("sessions", parents=[common, as_json], help="list the sessions")
+    sessions.add_argument("--limit", type=int, default=1000, help="at most this many (default 1000)")
+    sessions.set_defaults(func=cmd_sessions)
+
+    show = sub.add_parser("show", parents=[common, as_json], help="a message (whole) or a session's messages")
+    show.add_argument("id", metavar="MESSAGE_ID|SESSION_ID")
+    show.set_defaults(func=cmd_show)
+
+    delete = sub.add_parser("delete", parents=[common, as_json], help="delete a message")
+    delete.add_argument("message_id", metavar="MESSAGE_ID")
+    delete.set_defaults(func=cmd_delete)
+
+    rebuild = sub.add_parser("rebuild", parents=[common, as_json], help="rebuild the index and compact the log")
+    rebuild.set_defaults(func=cmd_rebuild)
     return parser
 
 

@@ -100,6 +100,13 @@ class OwnerListener:
                     return
                 if request is None:
                     return
+                if request.get("op") == "mcp_stream":
+                    try:
+                        protocol.send(conn, {"id": request.get("id"), "ok": True})
+                    except (protocol.ProtocolError, OSError):
+                        return
+                    self._stream(conn)
+                    return
                 answer = self._run(request, exports)
                 try:
                     protocol.send(conn, answer)
@@ -109,6 +116,20 @@ class OwnerListener:
             with self._lock:
                 self._peers.pop(conn, None)
             conn.close()
+
+    def _stream(self, conn: socket.socket) -> None:
+        """An MCP session for a relay (convmem/owner/relay.py) on this connection, in this thread's
+        own event loop, until the relay shuts its side (or stop() does) and all is answered."""
+        import anyio
+
+        from .. import __version__
+        from ..server.stdio import serve_stream
+
+        conn.setblocking(False)
+        try:
+            anyio.run(serve_stream, self.store, __version__, conn.fileno())
+        except Exception:
+            log.debug("a relayed MCP session ended with an error", exc_info=True)
 
     def _run(self, request: dict[str, Any], exports: dict[int, Iterator[dict[str, Any]]]) -> dict[str, Any]:
         rid = request.get("id")

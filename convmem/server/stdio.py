@@ -627,3 +627,15 @@ async def serve_stdio(store: Any, version: str) -> None:
         write_stream = writer(out_fd, flow=flow)
         read_stream = reader(in_fd, flow=flow, reply=write_stream.send)
         await server.run(read_stream, write_stream, options)
+
+
+async def serve_stream(store: Any, version: str, fd: int) -> None:
+    """One MCP session over a stream socket `fd` (non-blocking): what the store's owner runs for
+    each relay attached to it (convmem/owner/relay.py). The same server, line streams and bounds
+    as stdio; the session ends once the peer has shut its side and every request is answered."""
+    server = build_server(store, version)
+    options = server.create_initialization_options()
+    flow = StdioFlow()
+    write_stream = PipeWriteStream(fd, flow=flow)
+    read_stream = PipeReadStream(fd, flow=flow, reply=write_stream.send)
+    await server.run(read_stream, write_stream, options)

@@ -42,6 +42,8 @@ def parse_tokens(text: str) -> list[Token]:
         if not line or line.startswith("#"):
             continue
         parts = line.split()
+        if len(parts) > 2 and parts[2].startswith("#"):
+            parts = parts[:2]  # a trailing comment (tokens never contain spaces)
         if len(parts) != 2 or parts[0] not in _SCOPES:
             raise TokensFileError(f"line {number}: expected 'read TOKEN' or 'write TOKEN'")
         scope, token = parts
@@ -81,7 +83,10 @@ def load_tokens(path: str | os.PathLike[str]) -> list[Token]:
             text = f.read().decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TokensFileError(f"cannot read tokens file: {exc}") from exc
-    return parse_tokens(text)
+    try:
+        return parse_tokens(text)
+    except TokensFileError as exc:
+        raise TokensFileError(f"tokens file {path}: {exc}") from None
 
 
 class StaticTokenVerifier:

@@ -147,13 +147,13 @@ def test_export_import_round_trip_is_identical(tmp_path: Path, capsysbinary: pyt
 def test_health_and_search_print_json(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
     data = tmp_path / "data"
     _populate(data)
-    code, out, _ = _run(capsysbinary, "health", "--data-dir", str(data))
+    code, out, _ = _run(capsysbinary, "health", "--json", "--data-dir", str(data))
     health = json.loads(out)
     assert code == 0 and health["status"] == "OK" and health["active_messages"] == 3
-    code, out, _ = _run(capsysbinary, "search", "東京", "--data-dir", str(data), "--limit", "5")
+    code, out, _ = _run(capsysbinary, "search", "東京", "--json", "--data-dir", str(data), "--limit", "5")
     results = json.loads(out)["results"]
     assert code == 0 and [r["content"] for r in results] == ["東京で会議"]
-    code, out, _ = _run(capsysbinary, "search", "東京", "--session-id", "other", "--data-dir", str(data))
+    code, out, _ = _run(capsysbinary, "search", "東京", "--json", "--session-id", "other", "--data-dir", str(data))
     assert json.loads(out) == {"results": []}
     code, out, err = _run(capsysbinary, "search", "東京", "--limit", "0", "--data-dir", str(data))
     assert code == 1 and out == b"" and b"VALIDATION_ERROR" in err and b"limit" in err
@@ -178,9 +178,16 @@ def test_data_directory_resolution(tmp_path: Path) -> None:
     assert default_data_dir({"XDG_DATA_HOME": "relative"}) == home / ".local/share/convmem"
     assert default_data_dir({}) == home / ".local/share/convmem"
     # The environment variable reaches the real command too.
+    # (a read command does not create a store at a mistyped path; import does)
     done = run_cli("health", env=child_env(CONVMEM_DATA_DIR=str(tmp_path / "from-env")))
-    assert done.returncode == 0 and json.loads(done.stdout)["active_messages"] == 0
-    assert (tmp_path / "from-env").is_dir()
+    assert done.returncode == 1 and b"no convmem store" in done.stderr
+    assert not (tmp_path / "from-env").exists()
+    source = tmp_path / "one.jsonl"
+    source.write_bytes(_jsonl({"session_id": "s", "role": "user", "content": "x"}))
+    done = run_cli("import", str(source), env=child_env(CONVMEM_DATA_DIR=str(tmp_path / "from-env")))
+    assert done.returncode == 0 and (tmp_path / "from-env").is_dir()
+    done = run_cli("health", "--json", env=child_env(CONVMEM_DATA_DIR=str(tmp_path / "from-env")))
+    assert done.returncode == 0 and json.loads(done.stdout)["active_messages"] == 1
 
 
 def test_usage_errors_exit_2(capsysbinary: pytest.CaptureFixture[bytes]) -> None:

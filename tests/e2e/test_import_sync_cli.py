@@ -146,7 +146,7 @@ def test_sync_command_shares_the_store_and_stops_on_sigterm(tmp_path: Path) -> N
         while time.monotonic() < deadline and not (data / STATE_NAME).exists():
             time.sleep(0.05)
         # The store is shared while sync runs: the CLI works beside it.
-        health = run_cli("health", "--data-dir", str(data))
+        health = run_cli("health", "--json", "--data-dir", str(data))
         assert health.returncode == 0 and json.loads(health.stdout)["active_messages"] == 4
         with (root / f"{SID}.jsonl").open("ab") as f:
             f.write(cc_line(4) + cc_line(5))

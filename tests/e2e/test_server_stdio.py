@@ -6,6 +6,7 @@ import os
 import pty
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,7 +151,33 @@ def test_terminal_start_explains_itself_on_stderr(tmp_path: Path) -> None:
     text = stderr.decode()
     assert str(tmp_path / "tty") in text
     snippet = json.loads(text[text.index("{") : text.index("}}}") + 3])
-    assert snippet["mcpServers"]["convmem"]["args"][:1] == ["serve"]
+    entry = snippet["mcpServers"]["convmem"]
+    # The absolute command of this very convmem (here: this Python with -m convmem), not "convmem".
+    assert entry["command"] == sys.executable and os.path.isabs(entry["command"])
+    assert entry["args"] == ["-m", "convmem", "serve", "--data-dir", str(tmp_path / "tty")]
+
+
+def test_ctrl_c_on_a_terminal_stops_at_once_with_130(tmp_path: Path) -> None:
+    from convmem import MemoryStore
+
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(convmem_cmd("serve", "--data-dir", str(tmp_path / "tty")), stdin=terminal,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), cwd=PACKAGE_ROOT)
+        assert proc.stderr is not None
+        seen = b""
+        while b"Press Ctrl-C" not in seen:  # serving: the banner is out
+            chunk = proc.stderr.read1(4096)
+            assert chunk, seen
+            seen += chunk
+        proc.send_signal(signal.SIGINT)  # what Ctrl-C sends; nothing is typed on the terminal
+        proc.wait(timeout=ANSWER_TIMEOUT)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert proc.returncode == 130
+    with MemoryStore.open(tmp_path / "tty"):  # the store was closed and the lock freed
+        pass
 
 
 def test_sigterm_stops_the_server_and_frees_the_directory(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ def test_hosts_and_the_cli_share_one_memory_and_survive_the_owner(tmp_path: Path
         assert history(first) == history(second) == history(third) == [
             "from the first host", "from the second host", "from the third host"]
         # The CLI works while they run: no BUSY.
-        done = run_cli("health", "--data-dir", str(data))
+        done = run_cli("health", "--json", "--data-dir", str(data))
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["active_messages"] == 3
         done = run_cli("search", "second", "--data-dir", str(data))
@@ -74,5 +74,5 @@ def test_hosts_and_the_cli_share_one_memory_and_survive_the_owner(tmp_path: Path
         first._stderr.close()
     # Every process is gone: nothing holds the store, and it opens directly.
     assert not (data / protocol.SOCKET_NAME).exists()
-    done = run_cli("health", "--data-dir", str(data))
+    done = run_cli("health", "--json", "--data-dir", str(data))
     assert done.returncode == 0 and json.loads(done.stdout)["active_messages"] == 4 + 5
