@@ -378,6 +378,26 @@ class LineReadStream(_ReadStreamProtocol):
         if len(self._partial) > self._max_line:
             self._overflow()
 
+    async def _answer_unreadable(self, raw: bytes, exc: Exception) -> None:
+        """JSON-RPC's answer to a line that is not a message: -32700 when it is not JSON (or
+        nests too deep to read), -32600 when it is JSON but not JSON-RPC; addressed to its id
+        when one can be read from it, as HTTP answers such a body."""
+        try:
+            json.loads(raw)
+            code, what = types.INVALID_REQUEST, "not a JSON-RPC message"
+        except (ValueError, RecursionError):
+            code, what = types.PARSE_ERROR, "not valid JSON"
+        request_id = request_id_from_prefix(raw[:_OVERLONG_PREFIX])
+        logger.warning("answered a stdin line that is %s (request id %r)", what, request_id)
+        if self._reply is None:
+            return
+        error = types.JSONRPCError(jsonrpc="2.0", id=request_id,
+                                   error=types.ErrorData(code=code, message=f"the line is {what}"))
+        try:
+            await self._reply(SessionMessage(error))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+
     async def _refuse(self, overlong: _Overlong) -> None:
         request_id = request_id_from_prefix(overlong.prefix)
         logger.warning(
@@ -424,6 +444,10 @@ class LineReadStream(_ReadStreamProtocol):
                 await self._refuse(raw)
                 continue
             item = parse_line(raw)
+            if isinstance(item, Exception):
+                if raw.strip():
+                    await self._answer_unreadable(raw, item)
+                continue  # (the SDK would log it and drop it: the client would wait forever)
             if self._flow is not None:
                 self._flow.received(item)
             return item

@@ -157,7 +157,8 @@ def test_read_stream_splits_lines_across_chunks_and_ends_at_eof() -> None:
     got = anyio.run(scenario)
     ids = [item.message.id for item in got if isinstance(item, SessionMessage)]
     assert ids == [1, 2, 3, 4]  # the last one arrived without a newline, before end of input
-    assert sum(isinstance(item, pydantic.ValidationError) for item in got) == 1  # the empty line
+    assert len(got) == 4  # the empty line is skipped (a line that is not a message is answered
+    # with a JSON-RPC error by the stream itself: tests/e2e/test_transport_differential.py)
 
 
 def test_write_stream_delivers_a_large_message_whole_to_a_slow_reader() -> None:
