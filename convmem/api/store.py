@@ -244,6 +244,12 @@ class MemoryStore:
                 raise
             self._index_damaged(exc)  # a new state from the log, snapshotted there
             return
+        except (OverflowError, MemoryError) as exc:
+            # A merge past the index's limits (4 GiB of postings in one segment field, see
+            # docs/FORMAT.md "Limits") or out of memory: no snapshot now; the log has it all.
+            self.last_error = f"{_SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}"
+            self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
+            raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
         meta.update(self._log_meta(), covered_end=self._log.size)
         try:
             write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
@@ -323,6 +329,12 @@ class MemoryStore:
                 # the state is rebuilt from the log and the call runs again (_once_more).
                 self._index_damaged(exc)
                 raise _IndexRebuilt from exc
+            # Staging may have stopped half way (the index took the doc, its columns did not):
+            # the record is cut back, and the state is rebuilt from what the log holds.
+            self._rebuild_state(f"a write's in-memory work failed ({type(exc).__name__})")
+            if isinstance(exc, OverflowError):  # past one of the index's limits
+                raise ConvMemError(INTERNAL_ERROR, f"the search index cannot take this "
+                                                   f"message: {exc}") from exc
             raise
         try:
             self._noting_errors(self._log.finish_append)

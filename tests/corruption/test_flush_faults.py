@@ -297,3 +297,37 @@ def test_cut_back_retried_at_close_keeps_a_rejected_write_out(store_dir, monkeyp
     monkeypatch.undo()
     with MemoryStore.open(store_dir) as s:
         assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first"]
+
+
+def test_index_that_overflows_half_way_through_staging_leaves_a_consistent_store(store_dir, monkeypatch):
+    """The index took the doc, then raised (as at one of its limits): the write is refused with
+    INTERNAL_ERROR naming it, nothing is written, and the state stays aligned with the log."""
+    from convmem.catalog import catalog as catalog_module
+
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s", role="user", content="first")
+        real_add_doc = catalog_module.Catalog._add_doc
+
+        faults = [1]
+
+        def overflowing(self, *args):
+            doc = real_add_doc(self, *args)  # the index and the doc columns took it...
+            if faults and args[0][9] == "refused":  # (rec[R_CONTENT]; once: not in the replay)
+                faults.pop()
+                raise OverflowError("a segment field would hold more than 4 GiB of postings")
+            return doc
+
+        monkeypatch.setattr(catalog_module.Catalog, "_add_doc", overflowing)
+        err = None
+        try:
+            s.write_message(session_id="s", role="user", content="refused")
+        except ConvMemError as exc:
+            err = exc
+        monkeypatch.undo()
+        assert err is not None and err.code == "INTERNAL_ERROR" and "4 GiB" in err.message
+        s.write_message(session_id="s", role="user", content="second")
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first", "second"]
+        assert len(s.search_messages(query="second")["results"]) == 1
+        assert s.get_system_health()["active_messages"] == 2
+    with MemoryStore.open(store_dir) as s:
+        assert [m["content"] for m in s.read_messages(session_id="s")["history"]] == ["first", "second"]
