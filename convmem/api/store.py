@@ -11,10 +11,8 @@ store/.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -43,6 +41,7 @@ from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size, write_snapshot
 from . import bulk, views
+from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
 from .records import RecordReader, message, metadata_of, new_record
 
@@ -55,24 +54,7 @@ LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   CURSOR_KEY_NAME + ".tmp")
 SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
 SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
-_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _T = TypeVar("_T")
-
-
-class _IndexRebuilt(Exception):
-    """A write found the snapshot's index damaged before writing anything; the state has been
-    rebuilt from the log, and the write may run again."""
-
-
-def _once_more(method: Callable[..., _T]) -> Callable[..., _T]:
-    """Run a write tool again, once, if it stopped at a damaged index (_IndexRebuilt)."""
-    @functools.wraps(method)
-    def run(self: "MemoryStore", **kwargs: Any) -> _T:
-        try:
-            return method(self, **kwargs)
-        except _IndexRebuilt:
-            return method(self, **kwargs)
-    return run
 
 
 class MemoryStore:
@@ -214,9 +196,9 @@ class MemoryStore:
         replayed = recovery.replay(self._log, self._catalog, start, self._findings)
         self._catalog.unsaved_records = max(replayed, 1)
 
-    def _applying(self, why: str, durable: bool = True) -> "_Applying":
+    def _applying(self, why: str, durable: bool = True) -> Applying:
         """Around the in-memory work that follows a durable append (see _Applying)."""
-        return _Applying(self, why, durable)
+        return Applying(self, why, durable)
 
     # -- health state --------------------------------------------------------------------
     @property
@@ -240,7 +222,7 @@ class MemoryStore:
         try:
             meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
         except ValueError as exc:
-            if not _is_index_damage(exc):
+            if not is_index_damage(exc):
                 raise
             self._index_damaged(exc)  # a new state from the log, snapshotted there
             return
@@ -324,11 +306,11 @@ class MemoryStore:
             result = work(offset)
         except BaseException as exc:
             self._log.abort_append()
-            if isinstance(exc, ValueError) and _is_index_damage(exc):
+            if isinstance(exc, ValueError) and is_index_damage(exc):
                 # Staging merged a damaged list of the mapped snapshot: nothing was written;
                 # the state is rebuilt from the log and the call runs again (_once_more).
                 self._index_damaged(exc)
-                raise _IndexRebuilt from exc
+                raise IndexRebuilt from exc
             # Staging may have stopped half way (the index took the doc, its columns did not):
             # the record is cut back, and the state is rebuilt from what the log holds.
             self._rebuild_state(f"a write's in-memory work failed ({type(exc).__name__})")
@@ -356,7 +338,7 @@ class MemoryStore:
     # =====================================================================================
     # Tools
     # =====================================================================================
-    @_once_more
+    @once_more
     def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
                       metadata_json: Any = None) -> dict[str, Any]:
         session = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
@@ -390,7 +372,7 @@ class MemoryStore:
             self._after_write()
             return answer
 
-    @_once_more
+    @once_more
     def update_message(self, *, message_id: Any = None, content: Any = None,
                        metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
@@ -435,7 +417,7 @@ class MemoryStore:
             self._after_write()
             return answer
 
-    @_once_more
+    @once_more
     def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
         ulid = v.ulid("message_id", message_id)
         guard = None
@@ -525,7 +507,7 @@ class MemoryStore:
             try:
                 docs, scores, parts = cat.index.search(keys, lim, **search_args)
             except ValueError as exc:
-                if not _is_index_damage(exc):
+                if not is_index_damage(exc):
                     raise
                 # A posting list of the mapped snapshot failed its check on first use: it is
                 # never read. The state is rebuilt from the log (the truth) and the query runs
@@ -772,45 +754,6 @@ class MemoryStore:
 
 
 _SNAPSHOT_FAILED = "IO_ERROR: snapshot write failed"
-
-
-def _is_index_damage(exc: ValueError) -> bool:
-    """A posting list of a mapped snapshot that failed its check when first used."""
-    return "damaged posting list" in str(exc)
-
-
-class _Applying:
-    """The in-memory work after an append became durable must not be cut short: the log would
-    then hold records the state never saw, and the next snapshot would claim to cover them.
-
-    SIGINT and SIGTERM are held back meanwhile (on the main thread, where Python runs signal
-    handlers), so Ctrl-C during an import stops it between batches; any exception that still
-    escapes (MemoryError...) rebuilds the state from the snapshot and the log before it passes.
-    """
-
-    __slots__ = ("store", "why", "durable", "blocked")
-
-    def __init__(self, store: MemoryStore, why: str, durable: bool) -> None:
-        self.store = store
-        self.why = why
-        self.durable = durable  # whether the records are in the log yet
-        self.blocked: set[signal.Signals] | None = None
-
-    def __enter__(self) -> "_Applying":
-        if threading.current_thread() is threading.main_thread():
-            self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        try:
-            if exc is not None and self.durable:
-                if isinstance(exc, ValueError) and _is_index_damage(exc):
-                    self.store._index_damaged(exc)  # noqa: SLF001 (from the log alone)
-                else:
-                    self.store._rebuild_state(self.why)  # noqa: SLF001
-        finally:
-            if self.blocked is not None:
-                signal.pthread_sigmask(signal.SIG_SETMASK, self.blocked)
 
 
 def _ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:

@@ -1,0 +1,71 @@
+"""Guards of MemoryStore's write protocol: the in-memory work after a durable append is not cut
+short (Applying), and a write that found the snapshot's index damaged runs once more on a state
+rebuilt from the log (IndexRebuilt, once_more)."""
+from __future__ import annotations
+
+import functools
+import signal
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .store import MemoryStore
+
+_T = TypeVar("_T")
+_DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+class IndexRebuilt(Exception):
+    """A write found the snapshot's index damaged before writing anything; the state has been
+    rebuilt from the log, and the write may run again."""
+
+
+def once_more(method: Callable[..., _T]) -> Callable[..., _T]:
+    """Run a write tool again, once, if it stopped at a damaged index (IndexRebuilt)."""
+    @functools.wraps(method)
+    def run(self: "MemoryStore", **kwargs: Any) -> _T:
+        try:
+            return method(self, **kwargs)
+        except IndexRebuilt:
+            return method(self, **kwargs)
+    return run
+
+
+def is_index_damage(exc: ValueError) -> bool:
+    """A posting list of a mapped snapshot that failed its check when first used."""
+    return "damaged posting list" in str(exc)
+
+
+class Applying:
+    """The in-memory work after an append became durable must not be cut short: the log would
+    then hold records the state never saw, and the next snapshot would claim to cover them.
+
+    SIGINT and SIGTERM are held back meanwhile (on the main thread, where Python runs signal
+    handlers), so Ctrl-C during an import stops it between batches; any exception that still
+    escapes (MemoryError...) rebuilds the state from the snapshot and the log before it passes.
+    """
+
+    __slots__ = ("store", "why", "durable", "blocked")
+
+    def __init__(self, store: "MemoryStore", why: str, durable: bool) -> None:
+        self.store = store
+        self.why = why
+        self.durable = durable  # whether the records are in the log yet
+        self.blocked: set[signal.Signals] | None = None
+
+    def __enter__(self) -> "Applying":
+        if threading.current_thread() is threading.main_thread():
+            self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        try:
+            if exc is not None and self.durable:
+                if isinstance(exc, ValueError) and is_index_damage(exc):
+                    self.store._index_damaged(exc)  # noqa: SLF001 (from the log alone)
+                else:
+                    self.store._rebuild_state(self.why)  # noqa: SLF001
+        finally:
+            if self.blocked is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, self.blocked)
