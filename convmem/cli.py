@@ -458,6 +458,20 @@ def _run_tool(store: Any, name: str, **kwargs: Any) -> dict[str, Any]:
         _fail(f"{exc.code}: {exc.message}")
 
 
+def _paged(store: Any, key: str, most: int | None, **kwargs: Any) -> list[dict[str, Any]]:
+    """Up to `most` (None: all) items of a paged read_messages view, following nextCursor."""
+    items: list[dict[str, Any]] = []
+    cursor = None
+    while most is None or len(items) < most:
+        limit = 1000 if most is None else min(1000, most - len(items))
+        page = _run_tool(store, "read_messages", limit=limit, cursor=cursor, **kwargs)
+        items += page[key]
+        cursor = page.get("nextCursor")
+        if not cursor:
+            break
+    return items
+
+
 def _split(value: str | None) -> list[str] | None:
     if value is None:
         return None
@@ -512,16 +526,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     store = _read_store(args)
-    sessions: list[dict[str, Any]] = []
-    cursor = None
     try:
-        while len(sessions) < args.limit:
-            page = _run_tool(store, "read_messages", view="sessions", limit=min(100, args.limit - len(sessions)),
-                             cursor=cursor)
-            sessions += page["sessions"]
-            cursor = page.get("nextCursor")
-            if not cursor:
-                break
+        sessions = _paged(store, "sessions", args.limit, view="sessions")
     finally:
         store.close()
     if _want_json(args):
@@ -573,18 +579,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                 else:
                     _print_message(message, full=True)
                 return EXIT_OK
-        history: list[dict[str, Any]] = []
-        cursor = None
-        while True:
-            try:
-                page = store.read_messages(view="history", session_id=args.id, limit=1000, cursor=cursor)
-            except ConvMemError as exc:
-                store.close()
-                _fail(f"{exc.code}: {exc.message}")
-            history += page["history"]
-            cursor = page.get("nextCursor")
-            if not cursor:
-                break
+        history = _paged(store, "history", None, view="history", session_id=args.id)
     finally:
         store.close()
     if not history:

@@ -3,6 +3,9 @@ record, a live message as the item that imports it back identically, and the com
 tells an item already stored ("present") from a real conflict."""
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterable
+
 from typing import Any
 
 from .. import validation as v
@@ -90,3 +93,22 @@ def same_message(item: dict[str, Any], new: Record, stored: Record) -> bool:
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 1000) -> int:
+    """import_messages for any store with import_message_batch and checkpoint (MemoryStore,
+    SharedStore): groups of `batch_size`, all or nothing each; the first invalid item raises its
+    ConvMemError (earlier groups stay imported); a snapshot at the end. Returns the count."""
+    total = 0
+    batch: list[dict[str, Any]] = []
+    for item in itertools.chain(items, [None]):
+        if item is not None:
+            batch.append(item)
+        if batch and (item is None or len(batch) >= batch_size):
+            for err in store.import_message_batch(batch, all_or_nothing=True):
+                if err is not None:
+                    raise err
+            total += len(batch)
+            batch = []
+    store.checkpoint()
+    return total

@@ -197,7 +197,7 @@ class MemoryStore:
         self._catalog.unsaved_records = max(replayed, 1)
 
     def _applying(self, why: str, durable: bool = True) -> Applying:
-        """Around the in-memory work that follows a durable append (see _Applying)."""
+        """Around the in-memory work that follows a durable append (see guards.Applying)."""
         return Applying(self, why, durable)
 
     # -- health state --------------------------------------------------------------------
@@ -308,7 +308,7 @@ class MemoryStore:
             self._log.abort_append()
             if isinstance(exc, ValueError) and is_index_damage(exc):
                 # Staging merged a damaged list of the mapped snapshot: nothing was written;
-                # the state is rebuilt from the log and the call runs again (_once_more).
+                # the state is rebuilt from the log and the call runs again (guards.once_more).
                 self._index_damaged(exc)
                 raise IndexRebuilt from exc
             # Staging may have stopped half way (the index took the doc, its columns did not):
@@ -644,23 +644,7 @@ class MemoryStore:
 
         The first invalid item raises its ConvMemError (items of earlier groups stay imported).
         """
-        total = 0
-        batch: list[dict[str, Any]] = []
-        for item in items:
-            batch.append(item)
-            if len(batch) >= batch_size:
-                total += self._import_strict(batch)
-                batch = []
-        if batch:
-            total += self._import_strict(batch)
-        self.checkpoint()
-        return total
-
-    def _import_strict(self, batch: list[dict[str, Any]]) -> int:
-        for err in self.import_message_batch(batch, all_or_nothing=True):
-            if err is not None:
-                raise err
-        return len(batch)
+        return bulk.import_all(self, items, batch_size)
 
     def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
                              existing: str = "conflict") -> list[Any]:

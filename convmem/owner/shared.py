@@ -220,23 +220,13 @@ class SharedStore:
         return out
 
     def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
-        total = 0
-        batch: list[dict[str, Any]] = []
-        for item in items:
-            batch.append(item)
-            if len(batch) >= batch_size:
-                total += self._import_strict(batch)
-                batch = []
-        if batch:
-            total += self._import_strict(batch)
-        self.checkpoint()
-        return total
+        """Import dicts in groups of `batch_size`, one fdatasync per group; returns the count.
 
-    def _import_strict(self, batch: list[dict[str, Any]]) -> int:
-        for err in self.import_message_batch(batch, all_or_nothing=True):
-            if err is not None:
-                raise err
-        return len(batch)
+        The first invalid item raises its ConvMemError (items of earlier groups stay imported).
+        """
+        from ..api import bulk  # (numpy and the core: not on the relay's fast path)
+
+        return bulk.import_all(self, items, batch_size)
 
     def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         if self.is_owner:

@@ -248,23 +248,29 @@ def test_readers_never_see_a_write_half_applied(store):
     assert len(store.search_messages(query="common", limit=100)["results"]) == 100
 
 
+def fail_ftruncate(monkeypatch, times: int) -> None:
+    """os.ftruncate fails with EIO the next `times` calls."""
+    real = os.ftruncate
+    left = [times]
+
+    def ftruncate(fd, size):
+        if left[0]:
+            left[0] -= 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd, size)
+
+    monkeypatch.setattr(os, "ftruncate", ftruncate)
+
+
 def test_failed_flush_whose_cut_back_also_fails_never_comes_back(store_dir, monkeypatch):
     """A double fault: the flush fails, then cutting the record back off fails too. The record
     is whole in the file; no later write may be acknowledged after it, and it must not come back
     at the next open once the cut has succeeded."""
-    real_ftruncate = os.ftruncate
-    refusals = [2]  # the cut after the failed flush, and the retry before the next write
-
-    def failing_ftruncate(fd, size):
-        if refusals[0]:
-            refusals[0] -= 1
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        real_ftruncate(fd, size)
-
     with MemoryStore.open(store_dir) as s:
         s.write_message(session_id="s", role="user", content="first")
         fail_next_flush(s)
-        monkeypatch.setattr(os, "ftruncate", failing_ftruncate)
+        # the cut after the failed flush fails, and so does its retry before the next write
+        fail_ftruncate(monkeypatch, times=2)
         io_error(lambda: s.write_message(session_id="s", role="user", content="rejected"))
         size = s._log.size  # noqa: SLF001
         assert os.path.getsize(store_dir / "messages.log") > size  # the record is still there
@@ -280,19 +286,10 @@ def test_failed_flush_whose_cut_back_also_fails_never_comes_back(store_dir, monk
 
 
 def test_cut_back_retried_at_close_keeps_a_rejected_write_out(store_dir, monkeypatch):
-    real_ftruncate = os.ftruncate
-    refusals = [1]
-
-    def failing_ftruncate(fd, size):
-        if refusals[0]:
-            refusals[0] -= 1
-            raise OSError(errno.EIO, os.strerror(errno.EIO))
-        real_ftruncate(fd, size)
-
     with MemoryStore.open(store_dir) as s:
         s.write_message(session_id="s", role="user", content="first")
         fail_next_flush(s)
-        monkeypatch.setattr(os, "ftruncate", failing_ftruncate)
+        fail_ftruncate(monkeypatch, times=1)
         io_error(lambda: s.write_message(session_id="s", role="user", content="rejected"))
     monkeypatch.undo()
     with MemoryStore.open(store_dir) as s:
