@@ -479,8 +479,17 @@ def _split(value: str | None) -> list[str] | None:
 
 
 def _read_store(args: argparse.Namespace) -> Any:
-    """The store for a command that only reads: a directory that holds no store is an error."""
+    """The store for a command that only reads: a directory that holds no store is an error; a
+    directory this process may not write (read-only media, a backup) is read without writing
+    anything (no owner to share with: the socket could not be made there)."""
     _require_store(args.data_dir)
+    if not os.access(args.data_dir, os.W_OK):
+        from convmem.api import MemoryStore
+
+        try:
+            return MemoryStore.open(args.data_dir, read_only=True)
+        except ConvMemError as exc:
+            _fail(f"{exc.code}: {exc.message}")
     return _open_store(args.data_dir)
 
 
@@ -623,6 +632,39 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_verify(args: argparse.Namespace) -> int:
+    store = _read_store(args)
+    try:
+        report = _run_tool(store, "verify")
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json(report)
+    else:
+        sys.stdout.write(f"log: {report['log_records']} records, {report['log_bytes']} bytes, "
+                         f"{len(report['log_damage'])} damaged stretches\n")
+        for d in report["log_damage"]:
+            sys.stdout.write(f"  damaged at byte offset {d['offset']}: {d['reason']} "
+                             f"({d['bytes']} bytes)\n")
+        sys.stdout.write(f"snapshot: {report['snapshot']}\n")
+        sys.stdout.write("ok\n" if report["ok"] else "DAMAGED\n")
+    return EXIT_OK if report["ok"] else EXIT_ERROR
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    store = _read_store(args)
+    try:
+        result = _run_tool(store, "backup", dest=str(Path(args.dest).expanduser().absolute()))
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json(result)
+    else:
+        sys.stdout.write(f"backup of {args.data_dir} written to {result['path']} "
+                         f"({result['log_bytes']} bytes of log)\n")
+    return EXIT_OK
+
+
 # --- parser -----------------------------------------------------------------------------------
 
 
@@ -722,6 +764,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     rebuild = sub.add_parser("rebuild", parents=[common, as_json], help="rebuild the index and compact the log")
     rebuild.set_defaults(func=cmd_rebuild)
+
+    verify = sub.add_parser("verify", parents=[common, as_json],
+                            help="check every record and the snapshot; exit 1 on any damage")
+    verify.set_defaults(func=cmd_verify)
+
+    backup = sub.add_parser("backup", parents=[common, as_json],
+                            help="write a consistent copy of the live store to DEST")
+    backup.add_argument("dest", help="a new or empty directory")
+    backup.set_defaults(func=cmd_backup)
     return parser
 
 

@@ -33,7 +33,7 @@ from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFO
                       MIN_IMPORTANCE, RELATION_DEPTH, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT, VIEWS)
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
-from ..store import compaction, recovery
+from ..store import compaction, maintenance, recovery
 from ..store.cursor_key import CURSOR_KEY_NAME, load_cursor_key
 from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
@@ -62,14 +62,22 @@ class MemoryStore:
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, lock_note: str = "") -> "MemoryStore":
-        return cls(Path(path), lock_note=lock_note)
+    def open(cls, path: str | os.PathLike[str], *, lock_note: str = "",
+             read_only: bool = False) -> "MemoryStore":
+        return cls(Path(path), lock_note=lock_note, read_only=read_only)
 
-    def __init__(self, directory: Path, *, lock_note: str = "") -> None:
+    def __init__(self, directory: Path, *, lock_note: str = "", read_only: bool = False) -> None:
+        """`read_only`: for a store on read-only media or in a directory this user may not write
+        (a backup): nothing is created, written, truncated or renamed; every write tool answers
+        IO_ERROR; a torn tail is left in place and not served."""
         self._mutex = threading.RLock()
         self.directory = directory
-        prepare_data_dir(directory)
-        self._dirlock = DirLock(directory, lock_note)
+        self.read_only = read_only
+        if read_only:
+            self._dirlock = DirLock.shared(directory)
+        else:
+            prepare_data_dir(directory)
+            self._dirlock = DirLock(directory, lock_note)
         try:
             with self._mutex:  # a background verifier started by _open waits for it to finish
                 self._open()
@@ -113,12 +121,13 @@ class MemoryStore:
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
         self._snapshot_retry: tuple[int, float] | None = None  # (records, time) after a failure
-        for leftover in LEFTOVER_NAMES:
-            compaction.remove_quietly(self.directory / leftover)
-        self._cursors = Cursors(load_cursor_key(self.directory, self._io))
+        if not self.read_only:
+            for leftover in LEFTOVER_NAMES:
+                compaction.remove_quietly(self.directory / leftover)
+        self._cursors = Cursors(load_cursor_key(self.directory, self._io, create=not self.read_only))
         log_path = self.directory / LOG_NAME
         had_log = log_path.exists() and log_path.stat().st_size > 0
-        self._log = LogFile.open(log_path, self._io)
+        self._log = LogFile.open(log_path, self._io, read_only=self.read_only)
         if not had_log and snapshot_size(self.directory / SNAPSHOT_NAME) > 0:
             # A snapshot without its log: the log was lost or emptied; what it held is gone.
             self._findings.last_error = ("CORRUPT_STORE: the log was missing or empty beside an "
@@ -219,6 +228,8 @@ class MemoryStore:
 
     # -- snapshot ------------------------------------------------------------------------
     def _write_snapshot(self) -> None:
+        if self.read_only:
+            return  # (replayed again at the next open)
         try:
             meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
         except ValueError as exc:
@@ -551,6 +562,8 @@ class MemoryStore:
             return self._rebuild()
 
     def _rebuild(self) -> dict[str, Any]:
+        if self.read_only:
+            raise ConvMemError(IO_ERROR, "the store is open read-only")
         cat = self._catalog
         bytes_before = self._log.size
         records_before = cat.record_count
@@ -709,6 +722,35 @@ class MemoryStore:
         err = ConvMemError(CONFLICT, "message_id already exists with other content")
         err.existing = message(earlier)  # type: ignore[attr-defined]
         return err
+
+    # =====================================================================================
+    # Maintenance (the CLI's verify and backup)
+    # =====================================================================================
+    def verify(self) -> dict[str, Any]:
+        """Check every record of the log, every section of the snapshot and every posting list
+        it holds; changes nothing. `ok` is False on any damage (store/maintenance.py)."""
+        with self._mutex:
+            self._check_open()
+            return maintenance.verify(self.directory, self._log)
+
+    def backup(self, dest: str | os.PathLike[str]) -> dict[str, Any]:
+        """Write a copy of the store as it is now to `dest` (new or empty), openable by itself.
+        Writes wait only while the state is serialised; the log is copied after, from a
+        descriptor of its own."""
+        with self._mutex:
+            self._check_open()
+            meta, arrays = self._catalog.snapshot_state()
+            meta.update(self._log_meta(), covered_end=self._log.size)
+            arrays = {name: np.array(a) for name, a in arrays.items()}  # (a copy: writes go on)
+            log_end = self._log.size
+            logfile = self._log
+            fd = os.dup(logfile.fd)  # (the copy's own: a rebuild may replace the log meanwhile)
+        try:
+            view = LogFile(logfile.path, fd, logfile.log_id, logfile.base_sequence, log_end, self._io)
+            return maintenance.backup(Path(dest), view, log_end, meta, arrays,
+                                      self.directory / CURSOR_KEY_NAME)
+        finally:
+            os.close(fd)
 
     def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
         """Live messages as import dicts, session by session (by start time), in history order."""

@@ -160,6 +160,10 @@ class OwnerListener:
         if op == "checkpoint":
             store.checkpoint()
             return None
+        if op == "verify":
+            return store.verify()
+        if op == "backup":
+            return store.backup(str(args["dest"]))
         if op == "export_start":
             if len(exports) >= 4:
                 raise ConvMemError(VALIDATION_ERROR, "too many exports in progress")

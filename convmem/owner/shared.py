@@ -206,6 +206,12 @@ class SharedStore:
     def checkpoint(self) -> None:
         self._call("checkpoint", {})
 
+    def verify(self) -> dict[str, Any]:
+        return self._call("verify", {})
+
+    def backup(self, dest: str | os.PathLike[str]) -> dict[str, Any]:
+        return self._call("backup", {"dest": os.fspath(Path(dest).absolute())})
+
     def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
                              existing: str = "conflict") -> list[Any]:
         """MemoryStore.import_message_batch, here or at the owner (in parts of bounded size)."""

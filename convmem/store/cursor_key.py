@@ -12,9 +12,10 @@ CURSOR_KEY_NAME = "cursor.key"
 KEY_BYTES = 32
 
 
-def load_cursor_key(directory: Path, io: IoCounters) -> bytes:
+def load_cursor_key(directory: Path, io: IoCounters, create: bool = True) -> bytes:
     """The directory's key; a new one (written atomically, made durable) when missing or not
-    KEY_BYTES long."""
+    KEY_BYTES long. Without `create` (a read-only store) a missing key is made for this process
+    only: its cursors then last as long as it does."""
     path = directory / CURSOR_KEY_NAME
     try:
         key = path.read_bytes()
@@ -25,6 +26,8 @@ def load_cursor_key(directory: Path, io: IoCounters) -> bytes:
     except OSError as exc:
         raise ConvMemError(IO_ERROR, f"cannot read {path}: {exc.strerror or exc}") from exc
     key = os.urandom(KEY_BYTES)
+    if not create:
+        return key
     try:
         write_file_atomically(path, [key], io)
     except OSError as exc:

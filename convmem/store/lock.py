@@ -45,6 +45,29 @@ class DirLock:
             pass
         self._fd: int | None = fd
 
+    @classmethod
+    def shared(cls, directory: Path) -> "DirLock":
+        """A reader's lock for a read-only store: a shared flock on an existing LOCK opened
+        read-only (BUSY while an owner holds it), none when there is no LOCK (a copy)."""
+        self = cls.__new__(cls)
+        self.path = directory / LOCK_NAME
+        self._fd = None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return self
+        except OSError as exc:
+            raise ConvMemError(IO_ERROR, f"cannot open {self.path}: {exc.strerror or exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_pid(fd)
+            os.close(fd)
+            who = f"process {holder}" if holder else "another process"
+            raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
+        self._fd = fd
+        return self
+
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

@@ -42,16 +42,22 @@ class LogFile:
         self._in_flight: tuple[int, int, pysyncer.Syncer | syncer.Syncer] | None = None
 
     # -- opening -------------------------------------------------------------------------
+    read_only = False  # (set by open(read_only=True): no append, truncate only in memory)
+
     @classmethod
-    def open(cls, path: Path, io: IoCounters) -> "LogFile":
+    def open(cls, path: Path, io: IoCounters, read_only: bool = False) -> "LogFile":
         """Open the log, creating it with a fresh header when missing or empty; a log that
         cannot be opened or read is IO_ERROR naming it."""
         try:
-            fd = open_file(path, os.O_RDWR | os.O_CREAT)
+            fd = open_file(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT)
+        except FileNotFoundError as exc:
+            raise ConvMemError(IO_ERROR, f"{path.parent} holds no store") from exc
         except OSError as exc:
             raise ConvMemError(IO_ERROR, f"cannot open {path}: {exc.strerror or exc}") from exc
         try:
             size = os.fstat(fd).st_size
+            if size == 0 and read_only:
+                raise ConvMemError(IO_ERROR, f"{path.parent} holds no store (its log is empty)")
             if size == 0:
                 log_id = os.urandom(16)
                 write_all(fd, codec.encode_log_header(log_id, 0), io)
@@ -71,7 +77,9 @@ class LogFile:
                 raise ConvMemError(
                     CORRUPT_STORE, f"log header is damaged at byte offset 0: {exc.reason}"
                 ) from exc
-            return cls(path, fd, log_id, base, size, io)
+            logfile = cls(path, fd, log_id, base, size, io)
+            logfile.read_only = read_only
+            return logfile
         except OSError as exc:
             os.close(fd)
             raise ConvMemError(IO_ERROR, f"cannot read {path}: {exc.strerror or exc}") from exc
@@ -143,6 +151,8 @@ class LogFile:
 
     def _settle(self) -> None:
         """What an earlier fault left to do before anything more is appended."""
+        if self.read_only:
+            raise ConvMemError(IO_ERROR, "the store is open read-only")
         if self.cut_back_pending:
             self._cut_back(self.size)
             if self.cut_back_pending:
@@ -191,7 +201,11 @@ class LogFile:
         self.cut_back_pending = False
 
     def truncate(self, size: int) -> None:
-        """Cut the file to `size` durably (torn-tail repair)."""
+        """Cut the file to `size` durably (torn-tail repair); in a read-only store only the
+        end the readers see moves (the tail stays in the file, never served)."""
+        if self.read_only:
+            self.size = size
+            return
         try:
             os.ftruncate(self.fd, size)
             self.io.truncate_calls += 1

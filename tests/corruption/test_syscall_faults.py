@@ -151,3 +151,27 @@ def test_full_disk_writes_fail_cleanly_and_the_store_reopens(tiny_tmpfs):
     filler.unlink()
     after = stored(path)
     assert after == ["before"] + out["acked"]
+
+
+def test_read_commands_work_on_a_read_only_mount_and_write_nothing(tmp_path):
+    if os.geteuid() != 0:
+        pytest.fail("the read-only mount test needs root")
+    data = tmp_path / "data"
+    seed(data)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "--bind", "-o", "ro", str(data), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+        env = dict(os.environ, PYTHONSAFEPATH="1")
+        for argv in (["health", "--json"], ["search", "seed", "--json"], ["sessions", "--json"],
+                     ["verify"], ["export"]):
+            r = subprocess.run([sys.executable, "-m", "convmem", *argv, "--data-dir", str(ro)],
+                               capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode == 0, (argv, r.stderr)
+            assert "Traceback" not in r.stderr
+        r = subprocess.run([sys.executable, "-m", "convmem", "delete", "0" * 26, "--data-dir", str(ro)],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert r.returncode != 0 and "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
