@@ -4,7 +4,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from convmem._core._common cimport GArr, cm_worker
-from convmem._core.postings cimport SegView
+from convmem._core.postings cimport FieldPostings, SegView
 from convmem._core.score cimport Group, Query
 
 
@@ -14,6 +14,7 @@ cdef enum:
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
     IX_MAX_ARRS = 32        # room in SearchIndex's table of GArr fields
+    IX_CX_MIN = 8192        # a CJK character gets its own lists from this many group postings
 
 
 # The parts of SearchIndex.nbytes() (indexes into its sums).
@@ -56,6 +57,11 @@ cdef class SearchIndex:
     cdef list _scr          # one _Scratch per scoring thread
     cdef cm_worker* _worker     # the second scoring thread (_common.h), NULL until needed
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
+    # Character lists (docs/SCORING.md "Storage"): for the CJK characters whose group is large,
+    # one list per field of the group's postings in segment _cx_for (tf summed, capped), as a
+    # segment whose terms are code points; used while _segs[0] is _cx_for. None: none.
+    cdef object _cx
+    cdef object _cx_for
     # every GArr above, with its part of nbytes() (PART_*): freed and counted from this table
     cdef GArr* _arrs[IX_MAX_ARRS]
     cdef uint8_t _arr_part[IX_MAX_ARRS]
@@ -85,4 +91,7 @@ cdef class SearchIndex:
     cdef int _grow_scratch(self) except -1
     cdef int _prepare(self, Query* q) except -1
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1
+    cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
+                       int f) except -1
+    cdef int _build_cx(self) except -1
 

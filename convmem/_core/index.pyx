@@ -53,8 +53,8 @@ from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, Fiel
                                      SegView, _block, _chains_segment, _cmp_u32,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
                                      _nonempty, _open_list, _segment, _Segment,
-                                     _adopted_segment, _list_ready, _seg_check_all, _sort_unique_u32,
-                                     lower_bound_u32)
+                                     _adopted_segment, _char_segment, _list_ready, _seg_check_all,
+                                     _sort_unique_u32, lower_bound_u32)
 from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
                                   _qlen_value, _score, _Scratch)
 
@@ -160,6 +160,8 @@ cdef class SearchIndex:
         self._worker = NULL
         self._segs = []
         self._keep = []
+        self._cx = None
+        self._cx_for = None
         self._views = NULL
         self._n_views = 0
         self.window = IX_WINDOW
@@ -713,6 +715,17 @@ cdef class SearchIndex:
         cdef const FieldPostings* fp
         cdef const uint64_t* tkeys = <const uint64_t*>self._t_keys.data
         cdef uint32_t tid
+        cdef int s0                                   # the first segment read term by term
+        cdef _Segment cxs = None
+        cdef const uint32_t* cxc = NULL
+        cdef const uint32_t* cxdf = NULL
+        cdef int64_t n_cx = 0, ci = 0, df0
+        cdef Group rest
+        if self._cx is not None and self._n_views > 0 and self._segs[0] is self._cx_for:
+            cxs = <_Segment>self._cx[2]
+            n_cx = self._cx[0].shape[0]
+            cxc = <const uint32_t*>cnp.PyArray_DATA(self._cx[0])
+            cxdf = <const uint32_t*>cnp.PyArray_DATA(self._cx[1])
         garr_reserve(&self._a_keys, nqk)
         keys = <uint64_t*>self._a_keys.data
         memcpy(keys, qk, <size_t>(8 * nqk))
@@ -729,6 +742,7 @@ cdef class SearchIndex:
             g = <Group*>self._q_groups.data + G
             g.key = key
             g.key_lo = self._q_terms.len
+            s0 = 0
             t = self._term_find(key)
             if t >= 0:
                 garr_reserve(&self._q_terms, self._q_terms.len + 1)
@@ -736,6 +750,9 @@ cdef class SearchIndex:
                 self._q_terms.len += 1
             if key >> 62 == 3:                         # CJK unigram: add the bigrams holding it
                 c = <uint32_t>(key & CP_MASK)
+                ci = lower_bound_u32(cxc, 0, n_cx, c)
+                if ci < n_cx and cxc[ci] == c:         # segment 0 by the character's lists
+                    s0 = 1
                 pos = 0
                 while pos < T:
                     garr_reserve(&self._q_terms, self._q_terms.len + 4096)
@@ -747,33 +764,37 @@ cdef class SearchIndex:
             g.key_hi = self._q_terms.len
             g.list_lo = self._q_lists.len
             g.n_postings = 0
+            df0 = -1
+            if s0:
+                if self._views[0].n_dead == 0:         # segment 0's part of df is stored
+                    df0 = cxdf[ci]
+                for f in range(3):
+                    fp = &cxs.v.f[f]
+                    li = lower_bound_u32(fp.terms, 0, fp.n_terms, c)
+                    if li < fp.n_terms and fp.terms[li] == c:
+                        self._add_list(q, g, fp, li, 0, f)
+            rest.list_lo = self._q_lists.len             # (when df0 >= 0: the other lists)
             for ki in range(g.key_lo, g.key_hi):
                 tid = (<uint32_t*>self._q_terms.data)[ki]
-                for s in range(self._n_views):
+                for s in range(s0, self._n_views):
                     for f in range(3):
                         fp = &self._views[s].f[f]
                         li = lower_bound_u32(fp.terms, 0, fp.n_terms, tid)
                         if li >= fp.n_terms or fp.terms[li] != tid:
                             continue
-                        if _list_ready(fp, li) < 0:
-                            raise ValueError(f"damaged posting list {li} in field {f}")
-                        garr_reserve(&self._q_lists, self._q_lists.len + 1)
-                        L = <PList*>self._q_lists.data + self._q_lists.len
-                        _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
-                        if L.nb > 1:
-                            bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
-                            if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
-                                L.bm = fp.bm + fp.bm_off[bi]
-                                L.bmf = q.w[f] * (fp.bm_cb / q.cb[f] if fp.bm_cb > q.cb[f] else 1.0)
-                        L.seg = <int32_t>s
-                        L.field = f
-                        g.n_postings += L.n
-                        self._q_lists.len += 1
+                        self._add_list(q, g, fp, li, s, f)
             g.list_hi = self._q_lists.len
             if g.key_hi - g.key_lo == 0:
                 continue
             if g.key_hi - g.key_lo == 1:
                 df = (<uint32_t*>self._t_df.data)[(<uint32_t*>self._q_terms.data)[g.key_lo]]
+            elif df0 >= 0:                             # segments hold disjoint doc ranges
+                rest.key_lo = g.key_lo
+                rest.key_hi = g.key_hi
+                rest.list_hi = g.list_hi
+                with nogil:
+                    df = df0 + _group_df(q, &rest, <const PList*>self._q_lists.data,
+                                         <const uint32_t*>self._q_terms.data)
             else:
                 with nogil:
                     df = _group_df(q, g, <const PList*>self._q_lists.data,
@@ -785,6 +806,27 @@ cdef class SearchIndex:
             G += 1
         self._q_groups.len = G
         return G
+
+    cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
+                       int f) except -1:
+        """Open list li of fp (segment s, field f) as the next list of group g."""
+        cdef PList* L
+        cdef int64_t bi
+        if _list_ready(fp, li) < 0:
+            raise ValueError(f"damaged posting list {li} in field {f}")
+        garr_reserve(&self._q_lists, self._q_lists.len + 1)
+        L = <PList*>self._q_lists.data + self._q_lists.len
+        _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        if L.nb > 1:
+            bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
+            if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
+                L.bm = fp.bm + fp.bm_off[bi]
+                L.bmf = q.w[f] * (fp.bm_cb / q.cb[f] if fp.bm_cb > q.cb[f] else 1.0)
+        L.seg = <int32_t>s
+        L.field = f
+        g.n_postings += L.n
+        self._q_lists.len += 1
+        return 0
 
     def search(self, query_keys, Py_ssize_t k, int64_t session=-1, int64_t kind_mask=0x3F,
                int64_t tier_mask=0x0F, int64_t min_importance=0, tag_hashes=None,
@@ -993,6 +1035,10 @@ cdef class SearchIndex:
         for s in self._segs:
             for arr in (<_Segment>s).arrays + (<_Segment>s).bm_arrays:
                 postings += arr.nbytes
+        if self._cx is not None:
+            postings += self._cx[0].nbytes + self._cx[1].nbytes
+            for arr in (<_Segment>self._cx[2]).arrays + (<_Segment>self._cx[2]).bm_arrays:
+                postings += arr.nbytes
         cdef int64_t part[4]
         cdef int i
         part[0] = part[1] = part[2] = part[3] = 0
@@ -1025,7 +1071,44 @@ cdef class SearchIndex:
                 out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
                 out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
                 out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+            self._build_cx()
+            if self._cx is not None and self._cx_for is seg:
+                cx = <_Segment>self._cx[2]
+                out["cx_chars"] = self._cx[0]
+                out["cx_df"] = self._cx[1]
+                out["cx_cb"] = np.array([cx.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+                for f, name in enumerate(FIELDS):
+                    out[f"cx_terms_{name}"] = cx.arrays[3 * f]
+                    out[f"cx_offsets_{name}"] = cx.arrays[3 * f + 1]
+                    out[f"cx_data_{name}"] = cx.arrays[3 * f + 2]
+                    out[f"cx_bm_terms_{name}"] = cx.bm_arrays[3 * f]
+                    out[f"cx_bm_off_{name}"] = cx.bm_arrays[3 * f + 1]
+                    out[f"cx_bm_{name}"] = cx.bm_arrays[3 * f + 2]
             return out
+
+    cdef int _build_cx(self) except -1:
+        """The character lists of the one segment (kept while it is segment 0), unless they are
+        there already."""
+        cdef double c0[3]
+        cdef double cb[3]
+        if len(self._segs) != 1 or (self._cx is not None and self._cx_for is self._segs[0]):
+            return 0
+        self._cx = self._cx_for = None
+        self._norm(c0, cb)
+        cx = _char_segment(<_Segment>self._segs[0], <const uint64_t*>self._t_keys.data,
+                           self._t_keys.len, IX_CX_MIN, <const uint8_t*>self._meta.data,
+                           <const uint32_t*>self._lens.data, c0, cb)
+        if cx is not None:
+            self._cx = cx
+            self._cx_for = self._segs[0]
+        return 0
+
+    def char_lists(self):
+        """Tests: the characters that have lists, or None."""
+        with self._lock:
+            if self._cx is None or self._n_views == 0 or self._segs[0] is not self._cx_for:
+                return None
+            return self._cx[0].copy()
 
     def to_arrays(self) -> dict:
         """Everything `from_arrays` needs (merges the segments first). The postings arrays are
@@ -1141,7 +1224,42 @@ cdef class SearchIndex:
             ix._norm(c0, cb)
             ix._set_segments([_adopted_segment(<uint32_t>n, seg_arrays, bm, bm_cb,
                                                <const uint32_t*>ix._lens.data, c0, cb)])
+            if bm is not None and "cx_chars" in arrays:
+                chars = _cx_chars(arrays)
+                cx_df = _arr(arrays, "cx_df", np.uint32, chars.shape)
+                if int(cx_df.max()) > nl:
+                    raise ValueError("bad cx_df")
+                ix._cx = (chars, cx_df, _cx_segment(arrays, <uint32_t>n))
+                ix._cx_for = ix._segs[0]
         return ix
+
+
+cdef object _cx_chars(object arrays):
+    chars = _arr(arrays, "cx_chars", np.uint32, None)
+    nc = chars.shape[0]
+    if nc == 0 or int(chars[nc - 1]) > CP_MASK or not bool(np.all(chars[1:] > chars[:nc - 1])):
+        raise ValueError("bad cx_chars")
+    return chars
+
+
+cdef _Segment _cx_segment(object arrays, uint32_t n):
+    """The stored character lists (from_arrays): checked as the postings are (offsets and terms
+    now, block maxima against the lists' headers, each list lazily on first use)."""
+    arrs = []
+    bm = []
+    for name in FIELDS:
+        terms = _arr(arrays, f"cx_terms_{name}", np.uint32, None)
+        offsets = _arr(arrays, f"cx_offsets_{name}", np.uint32, (terms.shape[0] + 1,))
+        data = _arr(arrays, f"cx_data_{name}", np.uint8, None)
+        _check_offsets(offsets, data.shape[0], f"cx_offsets_{name}")
+        nt = terms.shape[0]
+        if nt and (int(terms[nt - 1]) > CP_MASK or not bool(np.all(terms[1:] > terms[:nt - 1]))):
+            raise ValueError(f"bad cx_terms_{name}")
+        arrs += [terms, offsets, data]
+        bm += [_arr(arrays, f"cx_bm_terms_{name}", np.uint32, None),
+               _arr(arrays, f"cx_bm_off_{name}", np.uint32, None),
+               _arr(arrays, f"cx_bm_{name}", np.float32, None)]
+    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), NULL, NULL, NULL)
 
 
 cdef tuple _empty_result():

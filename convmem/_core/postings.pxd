@@ -445,3 +445,13 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
                      const double* cb)
+# Character lists of segment seg (every list is checked first: ValueError when one is damaged):
+# for each code point c of the CJK unigram and bigram keys (keys[0:T], by term id) whose group
+# (docs/SCORING.md "Term groups") has at least min_postings postings in seg, one list per field
+# holding, per doc, the sum of the group's tfs capped at IX_TF_CAP. Returns (chars: uint32
+# ascending, df: uint32 by char, the live docs (meta) of seg holding the group in any field, a
+# segment over seg's docs whose terms are those code points, its block maxima taken with
+# c0 / cb), or None when no character qualifies.
+cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t min_postings,
+                          const uint8_t* meta, const uint32_t* lens, const double* c0,
+                          const double* cb)

@@ -9,7 +9,7 @@ segment holds, _common's GArr (PyMem_Raw*, grown without the GIL) while one is b
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawCalloc, PyMem_RawFree
 from libc.math cimport INFINITY, nextafterf
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -20,6 +20,8 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_g
 cnp.import_array()
 
 cdef uint32_t NO_DOC = 0xFFFFFFFF
+cdef uint64_t CX_CP = 0x1FFFFF          # a code point in a CJK key
+cdef uint64_t CX_LO = 0xFFFFFFFF
 
 
 # ---- encoding ----------------------------------------------------------------------------------
@@ -613,3 +615,176 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
 
 cdef bint _nonempty(_Segment s) noexcept:
     return s.v.f[0].n_bytes + s.v.f[1].n_bytes + s.v.f[2].n_bytes > 0
+
+
+# -- character lists (docs/SCORING.md "Storage")
+
+cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0]
+    cdef uint64_t y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int64_t _cx_pairs(const uint64_t* keys, int64_t T, uint64_t* out) noexcept nogil:
+    """(code point << 32 | term id) for each CJK unigram and each code point of each CJK bigram
+    (once when both are the same); out NULL: only counts."""
+    cdef int64_t t, m = 0
+    cdef uint64_t key, a, b
+    for t in range(T):
+        key = keys[t]
+        if key >> 62 == 3:
+            if out != NULL:
+                out[m] = ((key & CX_CP) << 32) | <uint64_t>t
+            m += 1
+        elif key >> 62 == 2:
+            a = (key >> 21) & CX_CP
+            b = key & CX_CP
+            if out != NULL:
+                out[m] = (a << 32) | <uint64_t>t
+            m += 1
+            if b != a:
+                if out != NULL:
+                    out[m] = (b << 32) | <uint64_t>t
+                m += 1
+    return m
+
+
+cdef int _cx_field(const FieldPostings* fp, const uint64_t* pairs, int64_t lo, int64_t hi,
+                   uint32_t doc_lo, uint32_t doc_hi, uint8_t* acc, uint32_t* touched,
+                   uint8_t* tfs, FieldOut* o, uint32_t c, const uint8_t* meta, uint16_t* seen,
+                   uint16_t stamp, int64_t* df) noexcept nogil:
+    """One field's list of character c: the postings of the terms pairs[lo:hi] in fp, tf summed
+    per doc and capped at IX_TF_CAP (acc: zero before and after, by doc id); df counts the live
+    docs not seen (seen[d] != stamp) in an earlier field."""
+    cdef int64_t i, li, j, k, cnt, nt = 0
+    cdef uint32_t t, d
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef uint32_t s
+    cdef PList L
+    for i in range(lo, hi):
+        t = <uint32_t>(pairs[i] & CX_LO)
+        li = lower_bound_u32(fp.terms, 0, fp.n_terms, t)
+        if li >= fp.n_terms or fp.terms[li] != t:
+            continue
+        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        for j in range(L.nb):
+            cnt = _block(&L, j, bd, bt)
+            for k in range(cnt):
+                d = bd[k]
+                if acc[d] == 0:
+                    touched[nt] = d
+                    nt += 1
+                    if seen[d] != stamp:
+                        seen[d] = stamp
+                        df[0] += (meta[d] & IX_LIVE) != 0
+                s = <uint32_t>acc[d] + bt[k]
+                acc[d] = <uint8_t>(s if s < IX_TF_CAP else IX_TF_CAP)
+    if nt == 0:
+        return 0
+    if nt * 16 >= <int64_t>(doc_hi - doc_lo):     # dense: read the docs off acc in order
+        k = 0
+        for d in range(doc_lo, doc_hi):
+            if acc[d]:
+                touched[k] = d
+                k += 1
+    else:
+        qsort(touched, <size_t>nt, 4, _cmp_u32)
+    for i in range(nt):
+        tfs[i] = acc[touched[i]]
+        acc[touched[i]] = 0
+    return _out_list(o, c, touched, tfs, nt)
+
+
+cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t min_postings,
+                          const uint8_t* meta, const uint32_t* lens, const double* c0,
+                          const double* cb):
+    cdef int64_t np_, i, lo, f, li, total, df
+    cdef uint16_t* seen = NULL
+    cdef uint16_t stamp = 0
+    cdef GArr dfs
+    cdef uint64_t* pairs = NULL
+    cdef uint8_t* acc = NULL
+    cdef uint32_t* touched = NULL
+    cdef uint8_t* tfs = NULL
+    cdef uint32_t c, t, doc_lo = seg.v.doc_lo, doc_hi = seg.v.doc_hi
+    cdef uint64_t n
+    cdef const FieldPostings* fp
+    cdef FieldOut outs[3]
+    cdef GArr chars
+    cdef int rc = 0
+    cdef list arrays = []
+    _seg_check_all(seg)                           # every list is decoded below
+    for f in range(3):
+        _out_init_empty(&outs[f])
+    garr_init(&chars, 1, 1)
+    garr_init(&dfs, 1, 1)
+    np_ = _cx_pairs(keys, T, NULL)
+    try:
+        pairs = <uint64_t*>PyMem_RawCalloc(<size_t>(np_ + 1), 8)
+        acc = <uint8_t*>PyMem_RawCalloc(<size_t>doc_hi + 1, 1)
+        touched = <uint32_t*>PyMem_RawCalloc(<size_t>(doc_hi - doc_lo) + 1, 4)
+        tfs = <uint8_t*>PyMem_RawCalloc(<size_t>(doc_hi - doc_lo) + 1, 1)
+        seen = <uint16_t*>PyMem_RawCalloc(<size_t>doc_hi + 1, 2)
+        if pairs == NULL or acc == NULL or touched == NULL or tfs == NULL or seen == NULL:
+            raise MemoryError()
+        with nogil:
+            for f in range(3):
+                if rc == 0:
+                    rc = _out_init(&outs[f])
+            _cx_pairs(keys, T, pairs)
+            qsort(pairs, <size_t>np_, 8, _cmp_u64)
+            i = 0
+            while i < np_ and rc == 0:
+                lo = i
+                c = <uint32_t>(pairs[i] >> 32)
+                total = 0
+                while i < np_ and <uint32_t>(pairs[i] >> 32) == c:
+                    t = <uint32_t>(pairs[i] & CX_LO)
+                    for f in range(3):
+                        fp = &seg.v.f[f]
+                        li = lower_bound_u32(fp.terms, 0, fp.n_terms, t)
+                        if li < fp.n_terms and fp.terms[li] == t:
+                            varint_trusted(fp.data + fp.offsets[li], &n)
+                            total += <int64_t>n
+                    i += 1
+                if total < min_postings:
+                    continue
+                if garr_grow(&chars, chars.len + 4) < 0 or garr_grow(&dfs, dfs.len + 4) < 0:
+                    rc = -1
+                    break
+                (<uint32_t*>(chars.data + chars.len))[0] = c
+                chars.len += 4
+                stamp += 1
+                if stamp == 0:                        # wrapped: no doc holds stamp 1 then
+                    memset(seen, 0, <size_t>(2 * (doc_hi + 1)))
+                    stamp = 1
+                df = 0
+                for f in range(3):
+                    if rc == 0:
+                        rc = _cx_field(&seg.v.f[f], pairs, lo, i, doc_lo, doc_hi, acc, touched,
+                                       tfs, &outs[f], c, meta, seen, stamp, &df)
+                (<uint32_t*>(dfs.data + dfs.len))[0] = <uint32_t>df
+                dfs.len += 4
+        if rc < 0:
+            _raise_build_error(rc)
+        out_chars = np.empty(chars.len // 4, dtype=np.uint32)
+        out_df = np.empty(dfs.len // 4, dtype=np.uint32)
+        if chars.len:
+            memcpy(cnp.PyArray_DATA(out_chars), chars.data, <size_t>chars.len)
+            memcpy(cnp.PyArray_DATA(out_df), dfs.data, <size_t>dfs.len)
+        for f in range(3):
+            arrays += _out_arrays(&outs[f])
+    finally:
+        for f in range(3):
+            _out_free(&outs[f])
+        garr_free(&chars)
+        garr_free(&dfs)
+        PyMem_RawFree(seen)
+        PyMem_RawFree(pairs)
+        PyMem_RawFree(acc)
+        PyMem_RawFree(touched)
+        PyMem_RawFree(tfs)
+    if out_chars.shape[0] == 0:
+        return None
+    return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, lens, c0, cb)

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from convmem import ConvMemError, MemoryStore
-from convmem._core import codec
+from convmem._core import PURE, codec
 from convmem.store.snapshot import read_snapshot
 
 LOG = "messages.log"
@@ -378,6 +378,7 @@ def test_cursor_key_is_made_durable_private_and_kept(tmp_path, monkeypatch):
         assert page == s.read_messages(view="sessions", limit=1)
 
 
+@pytest.mark.skipif(PURE, reason="the pure twin checks every list at open (snapshot rejected there)")
 def test_damaged_posting_list_found_on_first_use_rebuilds_from_the_log(tmp_path):
     """A posting list of the snapshot whose checksum was forged along with it: decoding it on
     first use finds the damage; the search is answered from a state rebuilt from the log, and
