@@ -24,14 +24,23 @@ _NOTES = ("info", "warning", "error")
 
 def gemini_file(stream: IO[bytes], report: FileReport, opt: Options, path: str,
                 out_fn: Any) -> None:
-    head = stream.read(1)
-    while head in (b" ", b"\n", b"\r", b"\t"):
-        head = stream.read(1)
-    rest = head + stream.read()
+    # The JSON Lines form is read a line at a time (its memory is the session's live messages,
+    # not the file: upserts rewrite messages many times); the older single JSON document is one
+    # value, read whole. The first line tells them apart: a whole document is one line only if
+    # it is the whole file.
+    first = stream.readline()
+    while first.strip() == b"" and first:
+        first = stream.readline()
+    second = stream.readline() if first else b""
+    while second.strip() == b"" and second:
+        second = stream.readline()
+    single = first.lstrip().startswith(b"{") and not second.lstrip().startswith(b"{")
+    if single:
+        rest = first + second + stream.read()
     header: dict[str, Any] = {}
     order: dict[str, dict[str, Any]] = {}  # id -> the latest version (first time kept)
     rewound: list[dict[str, Any]] = []
-    if rest.lstrip().startswith(b"{") and b"\n{" not in rest.strip():
+    if single:
         # The older single JSON document: metadata plus messages[].
         try:
             doc = orjson.loads(rest)
@@ -46,9 +55,11 @@ def gemini_file(stream: IO[bytes], report: FileReport, opt: Options, path: str,
         for m in doc.get("messages") or []:
             _upsert(order, m, report)
     else:
-        import io
+        import itertools
 
-        for raw, _ in read_lines(io.BytesIO(rest), lambda: report.skip("record too large")):
+        lines = itertools.chain(((line.rstrip(b"\n"), 0) for line in (first, second) if line),
+                                read_lines(stream, lambda: report.skip("record too large")))
+        for raw, _ in lines:
             if not raw.strip():
                 continue
             report.records += 1
