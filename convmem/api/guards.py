@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_MAIN_THREAD = threading.main_thread().ident  # (Python runs signal handlers there only)
 
 
 class IndexRebuilt(Exception):
@@ -55,7 +56,7 @@ class Applying:
         self.blocked: set[signal.Signals] | None = None
 
     def __enter__(self) -> "Applying":
-        if threading.current_thread() is threading.main_thread():
+        if threading.get_ident() == _MAIN_THREAD:
             self.blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED_SIGNALS)
         return self
 
