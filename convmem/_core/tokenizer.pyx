@@ -204,6 +204,23 @@ cdef inline bint _is_apostrophe(uint32_t c) noexcept nogil:
     return c == 0x27 or c == 0x2019
 
 
+cdef uint64_t _hash_chain(const ucs_t* s, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    """FNV-1a of the UTF-8 of a joined identifier s[start:stop], folded, apostrophes left out
+    (everything else in it is a letter, a digit or a joiner). Computed only for a chain of two
+    parts or more, so that a plain word is hashed once."""
+    cdef uint64_t h = FNV_OFFSET
+    cdef uint32_t c
+    cdef Py_ssize_t i
+    for i in range(start, stop):
+        c = _simple_map(s[i])
+        if c < 128:
+            if c != 0x27:
+                h = _fnv_byte(h, ASCII_FOLD[c])
+        elif c != 0x2019:
+            h = _fnv_code_point(h, c)
+    return h
+
+
 cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
                       Py_ssize_t* spans) noexcept nogil:
     """Write the key of every token of s[0:n] to keys (capacity >= n: every key consumes a code
@@ -215,7 +232,7 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
     cdef Py_ssize_t i = 0, k = 0, start, cstart, pstart, pend, run_end, kept, parts
     cdef uint32_t c, prev, c2
     cdef CharClass cls
-    cdef uint64_t h, hj
+    cdef uint64_t h
     cdef bint ascii_alpha, possessive
     while i < n:
         c = _simple_map(s[i])
@@ -250,7 +267,6 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
         # because ASCII input skips normalize().
         i = start
         cstart = start
-        hj = FNV_OFFSET
         parts = 0
         while True:
             pstart = i
@@ -260,27 +276,36 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
             ascii_alpha = True
             possessive = False
             while i < n:
-                c = _simple_map(s[i])
-                cls = _char_class(c)
-                if _is_alnum(cls):
-                    if c < 128:
-                        c = ASCII_FOLD[c]
-                        hj = _fnv_byte(hj, c)
-                    else:
-                        hj = _fnv_code_point(hj, c)
-                    if kept < MAX_WORD:
-                        if c < 128:
-                            h = _fnv_byte(h, c)
+                c = s[i]
+                if c < 128:                         # ASCII: one table lookup
+                    cls = <CharClass>ASCII_CLASS[c]
+                    if cls != CLS_SEP:
+                        if kept < MAX_WORD:
+                            h = _fnv_byte(h, ASCII_FOLD[c])
                             if cls != CLS_ALPHA:
                                 ascii_alpha = False
-                        else:
-                            h = _fnv_code_point(h, c)
-                            ascii_alpha = False
-                        kept += 1
-                        pend = i + 1
-                    i += 1
-                    continue
-                if _is_apostrophe(c) and i + 1 < n:
+                            kept += 1
+                            pend = i + 1
+                        i += 1
+                        continue
+                else:
+                    c = _simple_map(c)
+                    cls = _char_class(c)
+                    if _is_alnum(cls):
+                        if kept < MAX_WORD:
+                            if c < 128:             # full-width ASCII
+                                h = _fnv_byte(h, ASCII_FOLD[c])
+                                if cls != CLS_ALPHA:
+                                    ascii_alpha = False
+                            else:
+                                h = _fnv_code_point(h, c)
+                                ascii_alpha = False
+                            kept += 1
+                            pend = i + 1
+                        i += 1
+                        continue
+                # Not a letter or digit (c mapped).
+                if (c == 0x27 or c == 0x2019) and i + 1 < n:
                     c2 = _simple_map(s[i + 1])
                     if _char_class(c2) == CLS_ALPHA:
                         if (c2 == 0x73 or c2 == 0x53) and (
@@ -309,12 +334,11 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
             if i + 1 < n:
                 c = _simple_map(s[i])
                 if _is_joiner(c) and _is_alnum(_char_class(_simple_map(s[i + 1]))):
-                    hj = _fnv_byte(hj, c)
                     i += 1
                     continue
             break
         if parts > 1:
-            keys[k] = _mix_finish(hj)
+            keys[k] = _mix_finish(_hash_chain(s, cstart, run_end))
             if spans != NULL:
                 spans[2 * k] = cstart
                 spans[2 * k + 1] = run_end
@@ -366,18 +390,14 @@ cdef str _ascii_word(str norm, Py_ssize_t start, Py_ssize_t length):
     return buf[:length].decode("ascii")
 
 
-cdef uint64_t _stem_key(str norm, uint64_t word, uint64_t place) except? 0:
-    """The key of the stem of the word keyed `word` (placeholder `place`), 0 if it is the word."""
+cdef uint64_t _stem_miss(str norm, uint64_t word, uint64_t place) except? 0:
+    """Stem a word not in the table (keyed `word`, placeholder `place`) and add it; returns
+    the stem's key, 0 if the stem is the word."""
     global _stem_used
     cdef Py_ssize_t slot
     cdef str w, stem
     cdef bytes b
     cdef uint64_t sk
-    slot = <Py_ssize_t>(word & (STEM_SLOTS - 1))
-    while _stem_table[slot].word != 0:
-        if _stem_table[slot].word == word:
-            return _stem_table[slot].stem
-        slot = (slot + 1) & (STEM_SLOTS - 1)
     w = _ascii_word(norm, <Py_ssize_t>((place & STEM_POS_MASK) >> 7), <Py_ssize_t>(place & 0x7F))
     with _stem_lock:
         stem = _stem_word(w)
@@ -387,12 +407,15 @@ cdef uint64_t _stem_key(str norm, uint64_t word, uint64_t place) except? 0:
         b = stem.encode("utf-8")
         sk = word_key(b, len(b))
     if _stem_used >= STEM_MAX_USED:
-        memset(_stem_table, 0, STEM_SLOTS * sizeof(StemSlot))
+        memset(_stem_table, 0, sizeof(_stem_table))
         _stem_used = 0
-        slot = <Py_ssize_t>(word & (STEM_SLOTS - 1))
+    slot = <Py_ssize_t>(word & (STEM_SLOTS - 1))
+    while _stem_table[slot].word != 0 and _stem_table[slot].word != word:
+        slot = (slot + 1) & (STEM_SLOTS - 1)
+    if _stem_table[slot].word == 0:
+        _stem_used += 1
     _stem_table[slot].word = word
     _stem_table[slot].stem = sk
-    _stem_used += 1
     return sk
 
 
@@ -400,8 +423,8 @@ cdef Py_ssize_t _resolve_stems(str norm, uint64_t* keys, Py_ssize_t k, bint quer
     """Replace each stem placeholder of keys[0:k] by its stem's key, or drop it when the stem is
     the word itself; returns the new count. For a query of more than one token (placeholders
     aside) the stem's key replaces the word's instead of following it (docs/SCORING.md)."""
-    cdef Py_ssize_t j, out = 0, words = 0
-    cdef uint64_t key, sk
+    cdef Py_ssize_t j, out = 0, words = 0, slot
+    cdef uint64_t key, sk, word
     if query:
         for j in range(k):
             words += (keys[j] >> 62) != 1
@@ -409,7 +432,16 @@ cdef Py_ssize_t _resolve_stems(str norm, uint64_t* keys, Py_ssize_t k, bint quer
     for j in range(k):
         key = keys[j]
         if (key >> 62) == 1:
-            sk = _stem_key(norm, keys[j - 1], key)
+            word = keys[j - 1]
+            slot = <Py_ssize_t>(word & (STEM_SLOTS - 1))
+            while True:
+                if _stem_table[slot].word == word:
+                    sk = _stem_table[slot].stem
+                    break
+                if _stem_table[slot].word == 0:
+                    sk = _stem_miss(norm, word, key)
+                    break
+                slot = (slot + 1) & (STEM_SLOTS - 1)
             if sk == 0:
                 continue
             if query:
