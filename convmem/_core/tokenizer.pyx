@@ -5,9 +5,11 @@ The hot path, `token_keys`, creates no Python object per token: it reads the cod
 normalized str in place (1-, 2- or 4-byte kind), classifies them (ASCII table, CJK ranges, then
 the interpreter's Unicode tables), hashes words and joined identifiers while scanning (the UTF-8
 bytes are fed to FNV-1a as they are produced, so no buffer is needed) and packs CJK
-bigrams/unigrams into the key bits. A word that Snowball may stem leaves a placeholder, which a
-second pass over the keys (with the GIL) replaces by the stem's key from a fixed cache, calling
-PyStemmer only for a word not seen yet. Keys go to a buffer sized by an upper bound (every key
+bigrams/unigrams into the key bits. A word that Snowball may stem gets its stem's key from a
+fixed table while the text is scanned (when the GIL is held: texts below NOGIL_MIN, queries
+aside); a word not in the table, or any in a long text scanned without the GIL, leaves a
+placeholder that a second pass (with the GIL) resolves, calling PyStemmer only for a word not
+seen yet. Keys go to a buffer sized by an upper bound (every key
 consumes at least one code point of its own) and are copied into an exact-size numpy array.
 
 Normalization is the expensive part (CPython's NFKC runs at 20-50 MB/s on text that is not
@@ -204,6 +206,28 @@ cdef inline bint _is_apostrophe(uint32_t c) noexcept nogil:
     return c == 0x27 or c == 0x2019
 
 
+# -- stems ------------------------------------------------------------------------------------
+# Snowball's English stemmer (PyStemmer) is a Python call per word; its answers are cached in a
+# fixed table keyed by the word's key (62-bit hash: a collision among the words cached is far
+# less likely than a bit flip), so a word already seen costs one probe and no Python object.
+# The table is only touched with the GIL held; it starts zeroed (empty).
+cdef enum:
+    STEM_SLOTS = 1 << 16                 # 1 MiB; emptied when 3/4 full
+    STEM_MAX_USED = (STEM_SLOTS * 3) // 4
+
+cdef struct StemSlot:
+    uint64_t word                        # the word's key; 0 = empty
+    uint64_t stem                        # the stem's key; 0 = the stem is the word
+
+# A static table (like the ASCII tables): a fixed cost of the process, not of a store, so no
+# store's memory_estimate counts it; its pages are touched as words arrive.
+cdef StemSlot _stem_table[STEM_SLOTS]
+cdef Py_ssize_t _stem_used = 0
+cdef object _stem_word = _Stemmer.Stemmer("english").stemWord
+# A Stemmer object is not documented as thread-safe: one call at a time (only new words get here).
+cdef object _stem_lock = threading.Lock()
+
+
 cdef uint64_t _hash_chain(const ucs_t* s, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
     """FNV-1a of the UTF-8 of a joined identifier s[start:stop], folded, apostrophes left out
     (everything else in it is a letter, a digit or a joiner). Computed only for a chain of two
@@ -222,18 +246,21 @@ cdef uint64_t _hash_chain(const ucs_t* s, Py_ssize_t start, Py_ssize_t stop) noe
 
 
 cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
-                      Py_ssize_t* spans) noexcept nogil:
+                      Py_ssize_t* spans, bint probe, Py_ssize_t* places) noexcept nogil:
     """Write the key of every token of s[0:n] to keys (capacity >= n: every key consumes a code
     point of its own) and, unless spans is NULL, its [start, stop) code point span to
     spans[2k], spans[2k+1]. Returns the count.
 
     A word that Snowball may stem (3 to 64 ASCII letters) is followed by a placeholder
-    `STEM_TAG | start << 7 | length`, which _resolve_stems replaces by the stem's key or drops."""
-    cdef Py_ssize_t i = 0, k = 0, start, cstart, pstart, pend, run_end, kept, parts
+    `STEM_TAG | start << 7 | length`, which _resolve_stems replaces by the stem's key or drops;
+    with `probe` (only when the GIL is held: the stem table is read here) a word already in the
+    table gets its stem's key at once. The number of placeholders left goes to *places."""
+    cdef Py_ssize_t i = 0, k = 0, start, cstart, pstart, pend, run_end, kept, parts, slot
     cdef uint32_t c, prev, c2
     cdef CharClass cls
-    cdef uint64_t h
+    cdef uint64_t h, h2, sk
     cdef bint ascii_alpha, possessive
+    places[0] = 0
     while i < n:
         c = _simple_map(s[i])
         cls = _char_class(c)
@@ -315,17 +342,29 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
                             i += 1                  # don't -> dont
                             continue
                 break
-            keys[k] = _mix_finish(h)
+            h2 = _mix_finish(h)
+            keys[k] = h2
             if spans != NULL:
                 spans[2 * k] = pstart
                 spans[2 * k + 1] = pend
             k += 1
             if ascii_alpha and kept >= 3:
-                keys[k] = STEM_TAG | (<uint64_t>pstart << 7) | <uint64_t>kept
-                if spans != NULL:
-                    spans[2 * k] = pstart
-                    spans[2 * k + 1] = pend
-                k += 1
+                sk = STEM_TAG | (<uint64_t>pstart << 7) | <uint64_t>kept
+                if probe:
+                    slot = <Py_ssize_t>(h2 & (STEM_SLOTS - 1))
+                    while _stem_table[slot].word != 0:
+                        if _stem_table[slot].word == h2:
+                            sk = _stem_table[slot].stem      # 0: the stem is the word
+                            break
+                        slot = (slot + 1) & (STEM_SLOTS - 1)
+                if sk != 0:
+                    keys[k] = sk
+                    if spans != NULL:
+                        spans[2 * k] = pstart
+                        spans[2 * k + 1] = pend
+                    k += 1
+                    if (sk >> 62) == 1:
+                        places[0] += 1
             parts += 1
             run_end = i
             if possessive:
@@ -344,28 +383,6 @@ cdef Py_ssize_t _scan(const ucs_t* s, Py_ssize_t n, uint64_t* keys,
                 spans[2 * k + 1] = run_end
             k += 1
     return k
-
-
-# -- stems ------------------------------------------------------------------------------------
-# Snowball's English stemmer (PyStemmer) is a Python call per word; its answers are cached in a
-# fixed table keyed by the word's key (62-bit hash: a collision among the words cached is far
-# less likely than a bit flip), so a word already seen costs one probe and no Python object.
-# The table is only touched with the GIL held; it starts zeroed (empty).
-cdef enum:
-    STEM_SLOTS = 1 << 16                 # 1 MiB; emptied when 3/4 full
-    STEM_MAX_USED = (STEM_SLOTS * 3) // 4
-
-cdef struct StemSlot:
-    uint64_t word                        # the word's key; 0 = empty
-    uint64_t stem                        # the stem's key; 0 = the stem is the word
-
-# A static table (like the ASCII tables): a fixed cost of the process, not of a store, so no
-# store's memory_estimate counts it; its pages are touched as words arrive.
-cdef StemSlot _stem_table[STEM_SLOTS]
-cdef Py_ssize_t _stem_used = 0
-cdef object _stem_word = _Stemmer.Stemmer("english").stemWord
-# A Stemmer object is not documented as thread-safe: one call at a time (only new words get here).
-cdef object _stem_lock = threading.Lock()
 
 
 cdef str _ascii_word(str norm, Py_ssize_t start, Py_ssize_t length):
@@ -453,26 +470,29 @@ cdef Py_ssize_t _resolve_stems(str norm, uint64_t* keys, Py_ssize_t k, bint quer
     return out
 
 
-cdef Py_ssize_t _scan_str(str norm, uint64_t* keys, Py_ssize_t* spans) except -1:
-    """Dispatch on the storage kind of an already-normalized (or pure ASCII) str."""
+cdef Py_ssize_t _scan_str(str norm, uint64_t* keys, Py_ssize_t* spans, bint probe,
+                          Py_ssize_t* places) except -1:
+    """Dispatch on the storage kind of an already-normalized (or pure ASCII) str. `probe` is
+    honoured only when the GIL is kept (short texts)."""
     cdef Py_ssize_t n = len(norm), k
     PyUnicode_READY(norm)
     cdef int kind = PyUnicode_KIND(norm)
     cdef void* data = PyUnicode_DATA(norm)
     if n < NOGIL_MIN:
         if kind == PyUnicode_1BYTE_KIND:
-            return _scan(<const uint8_t*>data, n, keys, spans)
+            return _scan(<const uint8_t*>data, n, keys, spans, probe, places)
         if kind == PyUnicode_2BYTE_KIND:
-            return _scan(<const uint16_t*>data, n, keys, spans)
-        return _scan(<const uint32_t*>data, n, keys, spans)
-    # `norm` is immutable and referenced by the caller, so its buffer outlives the scan.
+            return _scan(<const uint16_t*>data, n, keys, spans, probe, places)
+        return _scan(<const uint32_t*>data, n, keys, spans, probe, places)
+    # `norm` is immutable and referenced by the caller, so its buffer outlives the scan. The
+    # stem table is not read without the GIL (a miss elsewhere may be writing it).
     with nogil:
         if kind == PyUnicode_1BYTE_KIND:
-            k = _scan(<const uint8_t*>data, n, keys, spans)
+            k = _scan(<const uint8_t*>data, n, keys, spans, False, places)
         elif kind == PyUnicode_2BYTE_KIND:
-            k = _scan(<const uint16_t*>data, n, keys, spans)
+            k = _scan(<const uint16_t*>data, n, keys, spans, False, places)
         else:
-            k = _scan(<const uint32_t*>data, n, keys, spans)
+            k = _scan(<const uint32_t*>data, n, keys, spans, False, places)
     return k
 
 
@@ -599,8 +619,12 @@ cdef cnp.ndarray _keys(str text, bint query):
     cdef uint64_t* keys
     cdef cnp.npy_intp size
     cdef cnp.ndarray arr
+    cdef Py_ssize_t places
     if n <= STACK_KEYS:
-        k = _resolve_stems(norm, local, _scan_str(norm, local, NULL), query)
+        # A query keeps its placeholders: _resolve_stems tells its words from their stems.
+        k = _scan_str(norm, local, NULL, not query, &places)
+        if places:
+            k = _resolve_stems(norm, local, k, query)
         size = k
         arr = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT64, 0)
         memcpy(cnp.PyArray_DATA(arr), local, k * sizeof(uint64_t))
@@ -609,7 +633,9 @@ cdef cnp.ndarray _keys(str text, bint query):
     if keys == NULL:
         raise MemoryError()
     try:
-        k = _resolve_stems(norm, keys, _scan_str(norm, keys, NULL), query)
+        k = _scan_str(norm, keys, NULL, not query, &places)
+        if places:
+            k = _resolve_stems(norm, keys, k, query)
         size = k
         arr = cnp.PyArray_EMPTY(1, &size, cnp.NPY_UINT64, 0)
         memcpy(cnp.PyArray_DATA(arr), keys, k * sizeof(uint64_t))
@@ -635,6 +661,7 @@ def tokenize(str text not None):
     cdef Py_ssize_t n = len(norm), k, j
     cdef list out = []
     cdef str tok
+    cdef Py_ssize_t places
     if n == 0:
         return out
     cdef uint64_t* keys = <uint64_t*>PyMem_Malloc(n * sizeof(uint64_t))
@@ -642,7 +669,7 @@ def tokenize(str text not None):
     try:
         if keys == NULL or spans == NULL:
             raise MemoryError()
-        k = _scan_str(norm, keys, spans)
+        k = _scan_str(norm, keys, spans, False, &places)
         for j in range(k):
             tok = norm[spans[2 * j]:spans[2 * j + 1]].replace("'", "").replace("\u2019", "")
             if (keys[j] >> 62) == 1:
