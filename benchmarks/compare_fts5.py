@@ -11,7 +11,8 @@ For each corpus size this prints, for both engines and as the ratio convmem / FT
   one by one so that both see the same machine noise, after an untimed warm-up pass.
 
 Fairness: FTS5 indexes the text pre-tokenized by convmem's own tokenizer (`tokenize(text)` joined
-by spaces, FTS5 `ascii` tokenizer, which then splits only on those spaces), so CJK bigrams, NFKC and
+by spaces, FTS5 `ascii` tokenizer with the identifier joiners `_-./:` as token characters, so that
+it splits only on those spaces: `v2.3.1` stays one token), so CJK bigrams, NFKC and
 case folding match identically. The FTS5 table is contentless and scores with
 bm25(fts, 1.0, 1.5, 2.0), the same field weights as convmem (content, summary, tags); the messages
 themselves live in a plain table joined by rowid, so both engines return whole messages. A query is
@@ -192,7 +193,8 @@ class Fts5Engine:
         importance INTEGER NOT NULL);
     CREATE INDEX messages_session ON messages (session_id, timestamp);
     CREATE TABLE tags (tag TEXT NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (tag, id)) WITHOUT ROWID;
-    CREATE VIRTUAL TABLE fts USING fts5(content, summary, tags, content='', tokenize='ascii');
+    CREATE VIRTUAL TABLE fts USING fts5(content, summary, tags, content='',
+        tokenize='ascii tokenchars ''_-./:''');
     """
 
     def __init__(self) -> None:

@@ -1,28 +1,50 @@
 """Readable pure-Python twin of `convmem._core.tokenizer` (test oracle, CONVMEM_PURE=1).
 
-It gives bit-identical results to the compiled module. The rules (docs/DESIGN.md section 1),
-applied to `normalize(text)`:
+It gives bit-identical results to the compiled module. The rules (docs/DESIGN.md section 1,
+docs/SCORING.md "Analyzer"), applied to `normalize(text)`:
 
 - a maximal run of CJK characters (Han, kana, Hangul: `_CJK_RANGES`) of length n >= 2 gives its
   n-1 overlapping bigrams; a run of length 1 gives one unigram;
-- otherwise a maximal run of alphabetic characters (`str.isalpha`) is a word and a maximal run
-  of digits (`str.isdigit`) is a number; a run longer than 64 code points keeps its first 64;
+- otherwise a maximal run of letters and digits (`str.isalpha`, `str.isdigit`, not CJK) is a word
+  (`python3`, `w65bcd49z`); an apostrophe (' or U+2019) between a letter or digit and a letter
+  is dropped (`don't` -> `dont`), and a possessive `'s` ending the word is cut off
+  (`caroline's` -> `caroline`); a word longer than 64 code points keeps its first 64;
+- a word of 3 to 64 ASCII letters is followed by its Snowball English stem when that differs
+  (`deploying` -> `deploying`, `deploy`);
+- words joined by single joiners `_ - . / :` (`v2.3.1`, `src/config.ts`) are followed by the
+  joined form, whole (`v2`, `3`, `1`, `v2.3.1`); a possessive ends the chain;
 - everything else (spaces, punctuation, symbols, emoji, lone surrogates) separates tokens.
 
-Keys carry their kind in the top two bits: 00 word/number (62-bit hash of the UTF-8 bytes),
+Keys carry their kind in the top two bits: 00 word (62-bit hash of the UTF-8 bytes),
 10 CJK bigram `(c1 << 21) | c2`, 11 CJK unigram `c`.
 """
 from __future__ import annotations
 
+import functools
+import threading
 import unicodedata
 
 import numpy as np
+import Stemmer
 import numpy.typing as npt
 
-TOKENIZER_VERSION = 1
+TOKENIZER_VERSION = 2
 UNICODE_VERSION: str = unicodedata.unidata_version
 
-MAX_WORD = 64  # code points kept from a word or number run
+MAX_WORD = 64  # code points kept from a word
+_JOINERS = frozenset("_-./:")
+_APOSTROPHES = frozenset("'\u2019")
+
+# The compiled module caches stems in a table keyed by the word's key; the same answers. A
+# Stemmer object is not documented as thread-safe: one call at a time.
+_stemmer = Stemmer.Stemmer("english")
+_stem_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=65536)
+def _stem(word: str) -> str:
+    with _stem_lock:
+        return _stemmer.stemWord(word)
 
 _MASK64 = (1 << 64) - 1
 _MASK62 = (1 << 62) - 1
@@ -103,9 +125,19 @@ def key_of_token(token: str) -> int:
     return hash_utf8(token.encode("utf-8", "surrogatepass"))
 
 
-def _spans(norm: str) -> list[tuple[int, int]]:
-    """(start, stop) of every token of an already-normalized string, in text order."""
-    spans: list[tuple[int, int]] = []
+def _is_alnum(ch: str) -> bool:
+    return _char_class(ch) in (_ALPHA, _DIGIT)
+
+
+def tokenize(text: str) -> list[str]:
+    """The tokens of `text` as readable strings, in the order of `token_keys(text)`."""
+    return [t for t, _ in _tokens(text)]
+
+
+def _tokens(text: str) -> list[tuple[str, bool]]:
+    """(token, whether it is the stem of the token before it) for every token of `text`."""
+    norm = normalize(text)
+    out: list[tuple[str, bool]] = []
     n = len(norm)
     i = 0
     while i < n:
@@ -113,26 +145,69 @@ def _spans(norm: str) -> list[tuple[int, int]]:
         if cls == _SEP:
             i += 1
             continue
-        start = i
-        i += 1
-        while i < n and _char_class(norm[i]) == cls:
-            i += 1
         if cls == _CJK:
+            start = i
+            while i < n and _char_class(norm[i]) == _CJK:
+                i += 1
             if i - start == 1:
-                spans.append((start, start + 1))
+                out.append((norm[start], False))
             else:
-                spans.extend((j, j + 2) for j in range(start, i - 1))
-        else:
-            spans.append((start, min(i, start + MAX_WORD)))
-    return spans
-
-
-def tokenize(text: str) -> list[str]:
-    """The tokens of `text` as readable strings, in the order of `token_keys(text)`."""
-    norm = normalize(text)
-    return [norm[a:b] for a, b in _spans(norm)]
+                out.extend((norm[j:j + 2], False) for j in range(start, i - 1))
+            continue
+        joined: list[str] = []  # the chain's characters, apostrophes left out
+        parts = 0
+        while True:
+            word: list[str] = []
+            possessive = False
+            while i < n:
+                ch = norm[i]
+                if _is_alnum(ch):
+                    joined.append(ch)
+                    if len(word) < MAX_WORD:
+                        word.append(ch)
+                    i += 1
+                    continue
+                if ch in _APOSTROPHES and i + 1 < n and _char_class(norm[i + 1]) == _ALPHA:
+                    if norm[i + 1] == "s" and (i + 2 == n or not _is_alnum(norm[i + 2])):
+                        possessive = True  # caroline's -> caroline
+                        i += 2
+                        break
+                    i += 1  # don't -> dont
+                    continue
+                break
+            w = "".join(word)
+            out.append((w, False))
+            if len(w) >= 3 and w.isascii() and w.isalpha():
+                stem = _stem(w)
+                if stem != w:
+                    out.append((stem, True))
+            parts += 1
+            if not possessive and i + 1 < n and norm[i] in _JOINERS and _is_alnum(norm[i + 1]):
+                joined.append(norm[i])
+                i += 1
+                continue
+            break
+        if parts > 1:
+            out.append(("".join(joined), False))
+    return out
 
 
 def token_keys(text: str) -> npt.NDArray[np.uint64]:
     """The uint64 keys of all tokens of `text`, in text order, duplicates kept."""
     return np.array([key_of_token(t) for t in tokenize(text)], dtype=np.uint64)
+
+
+def query_keys(text: str) -> npt.NDArray[np.uint64]:
+    """The keys a search for `text` looks up: token_keys(text), except that in a query of more
+    than one token (stems aside) a stemmed word is looked up by its stem alone: an exact form
+    counted beside its stem would weigh the stemmable words of a query double."""
+    toks = _tokens(text)
+    if sum(1 for _, stem in toks if not stem) > 1:
+        out: list[str] = []
+        for t, stem in toks:
+            if stem:
+                out[-1] = t
+            else:
+                out.append(t)
+        return np.array([key_of_token(t) for t in out], dtype=np.uint64)
+    return np.array([key_of_token(t) for t, _ in toks], dtype=np.uint64)

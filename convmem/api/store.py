@@ -494,7 +494,7 @@ class MemoryStore:
         min_imp = _ranged("min_importance", min_importance, MIN_IMPORTANCE)
         ctx = _ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
         lim = _ranged("limit", limit, SEARCH_LIMIT)
-        keys = tokenizer.token_keys(q)
+        keys = tokenizer.query_keys(q)
         filter_tags = tag_hashes(flt.tags)
         results: list[dict[str, Any]] = []
         with self._mutex:

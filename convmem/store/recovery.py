@@ -9,6 +9,7 @@ holds records whose checksum was checked, and every later read checks it again.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ log = logging.getLogger("convmem")
 
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024  # larger stores are verified in the background
 DEFER_SECTION_BYTES = 4 * 1024 * 1024  # index sections from this size are among them
+# A replay of the whole log from this size on (a store without a current snapshot, e.g. one
+# written by an older tokenizer) reports its progress on stderr, every 10%.
+REINDEX_PROGRESS_BYTES = 64 * 1024 * 1024
 
 Damage = tuple[int, int, str]  # (start, end, reason) of a damaged stretch of the log
 
@@ -131,6 +135,12 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
     if mm is None:
         return 0
     header = codec.RECORD_HEADER_SIZE
+    total = logfile.size - start
+    progress = start <= codec.LOG_HEADER_SIZE and total >= REINDEX_PROGRESS_BYTES
+    next_report = start + total // 10 if progress else logfile.size + 1
+    if progress:
+        print(f"convmem: indexing the log ({total / 2**20:.0f} MiB)...", file=sys.stderr,
+              flush=True)
     try:
         pos = start
         while pos < logfile.size:
@@ -138,6 +148,11 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
             for off, rtype, seq, plen in zip(res.offsets.tolist(), res.types.tolist(),
                                              res.seqs.tolist(), res.lengths.tolist()):
                 flen = header + plen
+                if off >= next_report:
+                    done = off - start
+                    print(f"convmem: indexing the log: {100 * done // total}%", file=sys.stderr,
+                          flush=True)
+                    next_report = off + total // 10
                 if seq <= catalog.last_seq:
                     findings.damage(off, "sequence number does not increase", flen)
                     continue
@@ -167,6 +182,8 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
     finally:
         if mm is not None:
             mm.close()
+    if progress:
+        print(f"convmem: indexing the log: done, {applied} records", file=sys.stderr, flush=True)
     return applied
 
 

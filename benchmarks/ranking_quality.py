@@ -1,0 +1,289 @@
+"""Known-item ranking quality on real text nobody here wrote: the Debian Reference, English and
+Japanese, against SQLite FTS5 (unicode61 and porter tokenizers, trigram for reference).
+
+The data set is built from the installed HTML (`apt-get install debian-reference-en
+debian-reference-ja`, /usr/share/debian-reference/*.{en,ja}.html): every section (h2-h5) is one
+message whose content is the section's text up to the next heading, without the heading. Each
+heading whose text is unique in its language and whose section has at least MIN_BODY characters
+is a query (its number, e.g. "1.1.3.", removed); the right answer is its own section. Reported:
+MRR@10 (1/rank of the right section, 0 past rank 10) and recall@10.
+
+Engines, each on the same messages and queries:
+- convmem: MemoryStore.search_messages(query, limit=10), as a client calls it;
+- fts5-unicode61, fts5-porter, fts5-trigram: a contentless-free FTS5 table ranked by bm25(); the
+  query is the OR of its whitespace-separated chunks, each a quoted FTS5 string (so the table's own
+  tokenizer splits it, as it split the text).
+
+Analyzer ablations of convmem (each a wrapper of the tokenizer that drops some of its keys):
+`--ablate stems` drops the stem keys, `--ablate joined` the joined identifier forms, `--ablate
+exactq` makes a query of several words look a stemmed word up by its exact form beside its stem
+(what token_keys gives); `--k1`, `--b` and `--weights` change the BM25F configuration of the
+index for the run. The last lines pool both languages' queries and compare with FTS5's best.
+
+    python benchmarks/ranking_quality.py [--lang en,ja] [--engines convmem,fts5] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import re
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _paths  # noqa: E402,F401  (convmem on the path)
+
+DOC_DIR = Path("/usr/share/debian-reference")
+MIN_BODY = 200
+K = 10
+MAX_CONTENT = 60_000  # characters of a section kept (the longest tables are cut)
+
+_HEADING = re.compile(r"<h([2-5])\b[^>]*>(.*?)</h\1>", re.S)
+_TAG = re.compile(r"<[^>]+>")
+_NUMBER = re.compile(r"^\s*(?:[A-Z]|\d+)(?:\.\d+)*\.\s*")
+_SPACE = re.compile(r"\s+")
+
+
+def _text(fragment: str) -> str:
+    return _SPACE.sub(" ", html.unescape(_TAG.sub(" ", fragment))).strip()
+
+
+def sections(lang: str) -> list[tuple[str, str]]:
+    """(heading, body text) of every section of the installed Debian Reference in `lang`."""
+    out: list[tuple[str, str]] = []
+    files = sorted(DOC_DIR.glob(f"ch*.{lang}.html")) + sorted(DOC_DIR.glob(f"ap*.{lang}.html"))
+    if not files:
+        raise SystemExit(f"no {DOC_DIR}/*.{lang}.html: apt-get install debian-reference-{lang}")
+    for path in files:
+        page = path.read_text(encoding="utf-8")
+        marks = list(_HEADING.finditer(page))
+        for i, m in enumerate(marks):
+            end = marks[i + 1].start() if i + 1 < len(marks) else len(page)
+            heading = _NUMBER.sub("", _text(m.group(2)))
+            body = _text(page[m.end():end])[:MAX_CONTENT]
+            out.append((heading, body))
+    return out
+
+
+def dataset(lang: str) -> tuple[list[str], list[tuple[str, int]]]:
+    """Documents (section bodies) and known-item queries (heading, index of its section)."""
+    secs = sections(lang)
+    counts: dict[str, int] = {}
+    for h, _ in secs:
+        counts[h.casefold()] = counts.get(h.casefold(), 0) + 1
+    docs = [body or "-" for _, body in secs]
+    first: dict[str, int] = {}
+    for i, d in enumerate(docs):
+        first.setdefault(d, i)
+    # The answer is the first section with the right text (all engines see the same ids).
+    queries = [(h, first[docs[i]]) for i, (h, body) in enumerate(secs)
+               if h and counts[h.casefold()] == 1 and len(body) >= MIN_BODY]
+    return docs, queries
+
+
+# -- engines ------------------------------------------------------------------------------------
+class ConvmemEngine:
+    def __init__(self, docs: list[str], workdir: Path, ablate: str = "", b: float | None = None,
+                 weights: tuple[float, float, float] | None = None,
+                 k1: float | None = None) -> None:
+        from convmem import MemoryStore
+        _configure(ablate, b, weights, k1)
+        self.store = MemoryStore.open(workdir / "convmem")
+        items = [{"session_id": "doc", "role": "assistant", "content": d} for d in docs]
+        self.store.import_messages(items, batch_size=1000)
+        # A result names its section by its text (sections with the same text are one answer).
+        self.by_text: dict[str, int] = {}
+        for i, d in enumerate(docs):
+            self.by_text.setdefault(d, i)
+
+    def search(self, query: str) -> list[int]:
+        res = self.store.search_messages(query=query, limit=K)["results"]
+        return [self.by_text[r["content"]] for r in res]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class Fts5Engine:
+    def __init__(self, docs: list[str], tokenizer: str) -> None:
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute(f"CREATE VIRTUAL TABLE fts USING fts5(content, tokenize='{tokenizer}')")
+        self.db.executemany("INSERT INTO fts(rowid, content) VALUES (?, ?)",
+                            ((i + 1, d) for i, d in enumerate(docs)))
+        self.trigram = tokenizer.startswith("trigram")
+        self.first = [0] * len(docs)
+        seen: dict[str, int] = {}
+        for i, d in enumerate(docs):
+            self.first[i] = seen.setdefault(d, i)
+
+    def search(self, query: str) -> list[int]:
+        chunks = [c for c in re.split(r"[\s\"]+", query) if c]
+        if self.trigram:  # trigram strings need three characters
+            chunks = [c for c in chunks if len(c) >= 3] or chunks
+        expr = " OR ".join('"' + c + '"' for c in chunks)
+        try:
+            rows = self.db.execute("SELECT rowid FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                                   (expr, K)).fetchall()
+        except sqlite3.OperationalError:
+            return []
+        return [self.first[r[0] - 1] for r in rows]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+# -- convmem configuration for ablations (benchmark only) ---------------------------------------
+def _configure(ablate: str, b: float | None, weights: tuple[float, float, float] | None,
+               k1: float | None = None) -> None:
+    from convmem._core import index as core_index
+    from convmem._core import tokenizer as real
+    from convmem.api import store as store_module
+    from convmem.catalog import catalog as catalog_module
+    from convmem.catalog import docs as docs_module
+
+    if b is not None or weights is not None or k1 is not None:
+        w = weights or (1.0, 1.5, 2.0)
+        bb = (b, b, 0.5) if b is not None else (0.75, 0.75, 0.5)
+        catalog_module.core_index = SimpleNamespace(
+            SearchIndex=type("SearchIndex", (), {
+                "__new__": lambda cls: core_index.SearchIndex(k1 or 1.2, w, bb),
+                "from_arrays": core_index.SearchIndex.from_arrays}),
+            ARRAYS_FORMAT=core_index.ARRAYS_FORMAT)
+    if not ablate:
+        return
+    joiners = set("_-./:")
+    stem_of = {}
+
+    def keep(tokens: list[str]) -> list[str]:
+        out = []
+        for i, t in enumerate(tokens):
+            if "joined" in ablate and len(t) > 1 and any(c in joiners for c in t):
+                continue
+            if "stems" in ablate and i > 0 and out and tokens[i - 1] != t and _is_stem(
+                    tokens[i - 1], t, stem_of):
+                continue
+            out.append(t)
+        return out
+
+    def token_keys(text: str) -> np.ndarray:
+        return np.array([real.key_of_token(t) for t in keep(real.tokenize(text))], dtype=np.uint64)
+
+    def query_keys(text: str) -> np.ndarray:
+        toks = keep(real.tokenize(text))
+        stems = [i > 0 and _is_stem(toks[i - 1], t, stem_of) and toks[i - 1] != t
+                 for i, t in enumerate(toks)]
+        if "exactq" not in ablate and len(toks) - sum(stems) > 1:
+            # as query_keys: the stem alone in a query of several words
+            toks = [t for i, t in enumerate(toks) if not (i + 1 < len(toks) and stems[i + 1])]
+        return np.array([real.key_of_token(t) for t in toks], dtype=np.uint64)
+
+    shim = SimpleNamespace(**{k: getattr(real, k) for k in dir(real) if not k.startswith("__")})
+    shim.token_keys = token_keys
+    for mod in (catalog_module, docs_module):
+        mod.tokenizer = shim
+    qshim = SimpleNamespace(**vars(shim))
+    qshim.query_keys = query_keys
+    store_module.tokenizer = qshim
+
+
+def _is_stem(word: str, tok: str, cache: dict[str, str]) -> bool:
+    from convmem._core import pytokenizer
+    if not (3 <= len(word) <= 64 and word.isascii() and word.isalpha()):
+        return False
+    s = cache.get(word)
+    if s is None:
+        s = cache[word] = pytokenizer._stem(word)
+    return s == tok
+
+
+# -- the run ------------------------------------------------------------------------------------
+def evaluate(engine: Any, queries: list[tuple[str, int]]) -> tuple[dict[str, float], list[float]]:
+    rr, hits, times = [], 0, []
+    for q, want in queries:
+        t0 = time.perf_counter()
+        got = engine.search(q)
+        times.append(time.perf_counter() - t0)
+        if want in got:
+            rank = got.index(want) + 1
+            rr.append(1.0 / rank)
+            hits += 1
+        else:
+            rr.append(0.0)
+    return {"mrr@10": round(float(np.mean(rr)), 4), "recall@10": round(hits / len(queries), 4),
+            "p50_ms": round(float(np.percentile(times, 50)) * 1000, 3)}, rr
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lang", default="en,ja")
+    p.add_argument("--engines", default="convmem,fts5")
+    p.add_argument("--ablate", default="", help="convmem only, +-joined: stems (no stem keys), joined (no whole "
+                        "forms of identifiers), exactq (queries of several words look a stemmed "
+                        "word up by its exact form too)")
+    p.add_argument("--b", type=float, default=None, help="convmem only: b of content and summary")
+    p.add_argument("--weights", default=None, help="convmem only: w_c,w_s,w_t")
+    p.add_argument("--k1", type=float, default=None, help="convmem only: k1")
+    p.add_argument("--json", default=None, help="write the figures there too")
+    args = p.parse_args()
+    weights = tuple(float(x) for x in args.weights.split(",")) if args.weights else None
+    results: dict[str, Any] = {}
+    pooled: dict[str, list[float]] = {}
+    for lang in args.lang.split(","):
+        docs, queries = dataset(lang)
+        print(f"{lang}: {len(docs)} sections, {len(queries)} queries", flush=True)
+        engines: list[tuple[str, Any]] = []
+        work = Path(tempfile.mkdtemp(prefix="ranking_quality_"))
+        try:
+            for name in args.engines.split(","):
+                if name == "convmem":
+                    label = "convmem" + (f" -{args.ablate}" if args.ablate else "") + (
+                        f" b={args.b}" if args.b is not None else "") + (
+                        f" w={args.weights}" if args.weights else "") + (
+                        f" k1={args.k1}" if args.k1 is not None else "")
+                    engines.append((label, ConvmemEngine(docs, work, args.ablate, args.b, weights,
+                                                          args.k1)))
+                elif name == "fts5":
+                    for tok in ("unicode61", "porter unicode61", "trigram"):
+                        engines.append((f"fts5-{tok.split()[0]}", Fts5Engine(docs, tok)))
+            for label, engine in engines:
+                r, rr = evaluate(engine, queries)
+                results.setdefault(lang, {})[label] = r
+                pooled.setdefault(label, []).extend(rr)
+                print(f"  {label:28s} MRR@10 {r['mrr@10']:.4f}  recall@10 {r['recall@10']:.4f}  "
+                      f"p50 {r['p50_ms']:.2f} ms", flush=True)
+                engine.close()
+            _against_fts5(results[lang], "  ")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if len(results) > 1:
+        results["pooled"] = {label: {"mrr@10": round(float(np.mean(rr)), 4)}
+                             for label, rr in pooled.items()}
+        print(f"pooled ({sum(len(v) for v in list(pooled.values())[:1])} queries):")
+        for label, r in results["pooled"].items():
+            print(f"  {label:28s} MRR@10 {r['mrr@10']:.4f}")
+        _against_fts5(results["pooled"], "  ")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _against_fts5(by_engine: dict[str, dict[str, float]], indent: str) -> None:
+    """convmem's MRR@10 over the best of FTS5 unicode61 and porter (the target's reference)."""
+    ours = [(k, v["mrr@10"]) for k, v in by_engine.items() if k.startswith("convmem")]
+    ref = [(k, v["mrr@10"]) for k, v in by_engine.items() if k in ("fts5-unicode61", "fts5-porter")]
+    if ours and ref:
+        best = max(ref, key=lambda kv: kv[1])
+        print(f"{indent}{ours[0][0]} / {best[0]} = {ours[0][1] / best[1]:.3f}")
+
+
+if __name__ == "__main__":
+    main()
