@@ -293,7 +293,11 @@ class Catalog:
 
     # -- snapshot state --------------------------------------------------------------------
     def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The state as snapshot meta and sections (the store adds the log's identity)."""
+        """The state as snapshot meta and sections (the store adds the log's identity).
+
+        Every section is frozen: a copy, or an array nothing changes any more (the index's
+        postings and block maxima), so the sections can be written off the store's mutex while
+        writes go on (the columns below are changed in place by updates and deletes)."""
         self.index.merge_segments()
         sessions = self.sessions.by_num
         meta = {
@@ -307,14 +311,14 @@ class Catalog:
         arrays = {
             "slot_ulid": self.ids.keys_array(),
             "id_table": self.ids.table_array(),
-            "slot_doc": self.slot_doc.view(),
-            "slot_session": self.slot_session.view(),
-            "slot_ts": self.slot_ts.view(),
-            "doc_offset": self.doc_offset.view(),
-            "doc_len": self.doc_len.view(),
-            "doc_slot": self.doc_slot.view(),
-            "doc_kind": self.doc_kind.view(),
-            "doc_flags": self.doc_flags.view(),
+            "slot_doc": self.slot_doc.view().copy(),
+            "slot_session": self.slot_session.view().copy(),
+            "slot_ts": self.slot_ts.view().copy(),
+            "doc_offset": self.doc_offset.view().copy(),
+            "doc_len": self.doc_len.view().copy(),
+            "doc_slot": self.doc_slot.view().copy(),
+            "doc_kind": self.doc_kind.view().copy(),
+            "doc_flags": self.doc_flags.view().copy(),
             **_history_arrays(sessions),
             **self.relations.arrays(),
         }
