@@ -162,8 +162,9 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
         snaps = 0
         snap_s: list[float] = []
         while len(during_w) < args.count:
-            with st._mutex:
-                st._wait_snapshot()  # (the last one's outcome taken before the count is set)
+            if hasattr(st, "_wait_snapshot"):
+                with st._mutex:
+                    st._wait_snapshot()  # (the last one's outcome taken before the count is set)
             cat = st._catalog
             cat.unsaved_records = max(store_module.SNAPSHOT_EVERY_RECORDS, cat.index.n_docs // 4)
             t0 = time.perf_counter()

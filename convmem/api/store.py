@@ -240,8 +240,12 @@ class MemoryStore:
         if self.read_only:
             return  # (replayed again at the next open)
         self._wait_snapshot()
+        index_sections = None
         try:
-            meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
+            if background:  # (the index's sections are merged by the thread: freeze_state)
+                meta, arrays, index_sections = self._catalog.freeze_state()
+            else:
+                meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
         except ValueError as exc:
             if not is_index_damage(exc):
                 raise
@@ -254,7 +258,7 @@ class MemoryStore:
             self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
             raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
         meta.update(self._log_meta(), covered_end=self._log.size)
-        job = _SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, self._io,
+        job = _SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, index_sections, self._io,
                            self._catalog, self._catalog.unsaved_records, self._log.log_id)
         if background:
             self._snapshot_job = job
@@ -285,6 +289,15 @@ class MemoryStore:
     def _snapshot_done(self, job: "_SnapshotJob") -> None:
         exc = job.error
         same = job.catalog is self._catalog and job.log_id == self._log.log_id
+        if isinstance(exc, ValueError) and is_index_damage(exc):  # (met by the thread's merge)
+            if same:
+                self._index_damaged(exc)  # a new state from the log, snapshotted there
+            return
+        if exc is not None and not isinstance(exc, OSError):  # (as for snapshot_state, above)
+            self.last_error = f"{_SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}"
+            self._snapshot_retry = (job.records if same else self._catalog.unsaved_records,
+                                    time.monotonic())
+            raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
         if exc is not None:
             self.last_error = f"{_SNAPSHOT_FAILED}: {exc.strerror or exc}"
             # (the back-off counts from the state taken, as for a snapshot written here)
@@ -839,19 +852,24 @@ class _SnapshotJob:
     on a thread of its own, which touches nothing of the store's."""
 
     def __init__(self, path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
-                 io: IoCounters, catalog: Catalog, records: int, log_id: bytes) -> None:
+                 index_sections: Callable[[], dict[str, np.ndarray]] | None, io: IoCounters,
+                 catalog: Catalog, records: int, log_id: bytes) -> None:
         self.path, self.meta, self.arrays, self.io = path, meta, arrays, io
+        self.index_sections = index_sections  # (Catalog.freeze_state: merged here)
         self.catalog, self.records, self.log_id = catalog, records, log_id
-        self.error: OSError | None = None
+        self.error: Exception | None = None
         self._thread: threading.Thread | None = None
 
     def run(self) -> None:
         try:
+            if self.index_sections is not None:
+                self.arrays.update(self.index_sections())
             write_snapshot(self.path, self.meta, self.arrays, self.io)
-        except OSError as exc:
+        except Exception as exc:  # (reported by MemoryStore._snapshot_done, under the mutex)
             self.error = exc
         finally:
             self.arrays = {}  # (the sections' memory goes as soon as they are written)
+            self.index_sections = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="convmem-snapshot", daemon=True)

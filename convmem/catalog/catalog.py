@@ -299,6 +299,30 @@ class Catalog:
         postings and block maxima), so the sections can be written off the store's mutex while
         writes go on (the columns below are changed in place by updates and deletes)."""
         self.index.merge_segments()
+        meta, arrays = self._state_sections()
+        for name, arr in self.index.to_arrays().items():
+            arrays["ix." + name] = arr
+        # Derived, stored so that open does not recompute it (the compiled index only).
+        for name, arr in self.index.block_max_arrays().items():
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    def freeze_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
+                                    Callable[[], dict[str, np.ndarray]]]:
+        """snapshot_state in two steps, for a snapshot written in the background: the meta and
+        the frozen sections but the index's, taken now (cheap: copies), and a function that
+        returns the index's sections of this same moment ("ix." names), merged when it is called,
+        on any thread, while the state goes on changing (SearchIndex.freeze; ValueError if a
+        posting list is damaged). The live index is not merged."""
+        meta, arrays = self._state_sections()
+        frozen = self.index.freeze()
+
+        def index_sections() -> dict[str, np.ndarray]:
+            return {"ix." + name: arr for name, arr in frozen.arrays().items()}
+
+        return meta, arrays, index_sections
+
+    def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         sessions = self.sessions.by_num
         meta = {
             **_versions_meta(sessions),
@@ -322,11 +346,6 @@ class Catalog:
             **_history_arrays(sessions),
             **self.relations.arrays(),
         }
-        for name, arr in self.index.to_arrays().items():
-            arrays["ix." + name] = arr
-        # Derived, stored so that open does not recompute it (the compiled index only).
-        for name, arr in self.index.block_max_arrays().items():
-            arrays["ix." + name] = arr
         return meta, arrays
 
     @staticmethod
