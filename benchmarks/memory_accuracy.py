@@ -24,6 +24,8 @@ heap allocations and tracemalloc cannot see them. The script therefore also repo
 of files inside the store directory (/proc/self/smaps: mapped size and resident bytes, per file),
 and the total ratio estimate / (convmem-traced + mapped snapshot). A mapping of the log holds
 message bodies, which the estimate leaves out by design (body_bytes), so it is shown, not added.
+Per category, the snapshot's sections are attributed by name (ix.* index, hist_* and kind_counts
+history, rel_* relations, the rest store entries) and compared as estimate / (traced + sections).
 
     python benchmarks/memory_accuracy.py --sizes 10000,100000
 Writes benchmarks/results/memory_accuracy.json.
@@ -109,6 +111,31 @@ def store_mappings(store_dir: Path) -> dict[str, Any]:
             "mapped_files": per_file}
 
 
+def section_category(name: str) -> str:
+    """The estimate category of a snapshot section (docs/FORMAT.md "Snapshot file")."""
+    if name.startswith("ix."):
+        return "index"
+    if name.startswith("hist_") or name == "kind_counts":
+        return "history_index_bytes"
+    if name.startswith("rel_"):
+        return "relation_index_bytes"
+    return "store_entries_bytes"  # slot_*, doc_*, slot_ulid, id_table
+
+
+def snapshot_sections_by_category(store_dir: Path) -> dict[str, int]:
+    """Bytes of the snapshot's sections, by estimate category (what a reopened store maps and
+    uses in place; tracemalloc sees none of it)."""
+    from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
+    out = dict.fromkeys(CATEGORIES, 0)
+    try:
+        meta, _ = read_snapshot(store_dir / SNAPSHOT_NAME, verify=False)
+    except (OSError, ValueError):
+        return out
+    for entry in meta["sections"]:
+        out[section_category(entry["name"])] += int(entry["nbytes"])
+    return out
+
+
 def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
     """Run in a fresh interpreter: trace one phase, compare the estimate with traced bytes."""
     from convmem import MemoryStore
@@ -153,6 +180,14 @@ def measure(phase: str, corpus_file: Path, store_dir: Path) -> dict[str, Any]:
     out["ratio_estimate_over_traced"]["total_vs_all_traced"] = est["total_bytes"] / traced_current
     snapshot_mapped = sum(b for name, b in mapped["mapped_files"].items() if name.startswith("snapshot"))
     out["snapshot_mapped_bytes"] = snapshot_mapped
+    # Per category, a reopened store's arrays are traced (copied or built) or mapped (used in
+    # place); a section both mapped and copied (loaded into structures of their own, as the
+    # sessions' histories are) counts twice here, so a category below 1 may be that.
+    sections = snapshot_sections_by_category(store_dir) if snapshot_mapped else dict.fromkeys(CATEGORIES, 0)
+    out["snapshot_sections_by_category"] = sections
+    out["ratio_estimate_over_traced_plus_sections"] = {
+        c: (estimate[c] / (traced[c] + sections[c]) if traced[c] + sections[c] else None)
+        for c in CATEGORIES}
     if mapped["mapped_bytes"] >= 0:
         out["ratio_estimate_over_traced"]["total_vs_convmem_traced_plus_mapped"] = (
             est["total_bytes"] / (convmem_traced + snapshot_mapped))
@@ -175,11 +210,15 @@ def print_result(size: int, r: dict[str, Any]) -> None:
                "history_index_bytes": est["history_index_bytes"],
                "relation_index_bytes": est["relation_index_bytes"],
                "index": est["metadata_bytes"] + est["search_index_bytes"]}
-    print(f"{'category':<34}{'estimate MB':>13}{'traced MB':>13}{'est/traced':>12}")
+    print(f"{'category':<34}{'estimate MB':>13}{'traced MB':>13}{'est/traced':>12}"
+          f"{'mapped MB':>12}{'est/(t+m)':>11}")
+    sections = r.get("snapshot_sections_by_category", {})
     for c in CATEGORIES:
         ratio = r["ratio_estimate_over_traced"][c]
+        both = r.get("ratio_estimate_over_traced_plus_sections", {}).get(c)
         print(f"{c:<34}{est_cat[c] / 1e6:>13.2f}{r['traced_by_category'][c] / 1e6:>13.2f}"
-              f"{(f'{ratio:.3f}' if ratio is not None else '-'):>12}")
+              f"{(f'{ratio:.3f}' if ratio is not None else '-'):>12}"
+              f"{sections.get(c, 0) / 1e6:>12.2f}{(f'{both:.3f}' if both is not None else '-'):>11}")
     for c in ("store_io", "outside"):
         print(f"{c + ' (not estimated)':<34}{'':>13}{r['traced_by_category'][c] / 1e6:>13.2f}")
     ratios = r["ratio_estimate_over_traced"]

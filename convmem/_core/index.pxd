@@ -94,4 +94,5 @@ cdef class SearchIndex:
     cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
                        int f) except -1
     cdef int _build_cx(self) except -1
+    cdef dict _doc_arrays(self)
 

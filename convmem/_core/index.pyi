@@ -78,6 +78,7 @@ class SearchIndex:
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch
     def block_max_arrays(self) -> dict[str, np.ndarray]: ...  # compiled: stored block maxima
     def to_arrays(self) -> dict[str, np.ndarray]: ...
+    def freeze(self) -> _Frozen: ...  # to_arrays + block_max_arrays of now, merged by .arrays()
     @classmethod
     def from_arrays(
         cls,
@@ -89,3 +90,7 @@ class SearchIndex:
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
 
 def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code stands for
+
+
+class _Frozen:
+    def arrays(self) -> dict[str, np.ndarray]: ...  # any thread; ValueError: a damaged list

@@ -1110,6 +1110,27 @@ cdef class SearchIndex:
                 return None
             return self._cx[0].copy()
 
+    def freeze(self):
+        """The state to_arrays() + block_max_arrays() would return now, taken cheaply: the
+        buffer flushed, the doc columns and terms copied, the segments kept (they never change;
+        a later remove only counts a dead doc in them, which the copied doc_meta does not see).
+        `.arrays()` then merges and derives the rest without the lock, on any thread, while the
+        index goes on changing (the index itself is not merged)."""
+        cdef _FrozenIndex fz = _FrozenIndex()
+        cdef _Segment seg
+        with self._lock:
+            self._flush()
+            fz.base = self._doc_arrays()
+            fz.segs = list(self._segs)
+            self._norm(fz.c0, fz.cb)
+            fz.need_merge = len(fz.segs) > 1 or (len(fz.segs) == 1
+                                                  and (<_Segment>fz.segs[0]).v.n_dead > 0)
+            fz.cx = None
+            if len(fz.segs) == 1 and not fz.need_merge and self._cx is not None \
+                    and self._cx_for is fz.segs[0]:
+                fz.cx = self._cx
+        return fz
+
     def to_arrays(self) -> dict:
         """Everything `from_arrays` needs (merges the segments first). The postings arrays are
         the index's own read-only arrays; the rest are copies."""
@@ -1117,9 +1138,20 @@ cdef class SearchIndex:
             return self._to_arrays()
 
     def _to_arrays(self):
-        cdef int64_t n = self._n_docs, T = self._t_keys.len
         cdef int f
         self._merge_segments()
+        out = self._doc_arrays()
+        seg_arrays = (<_Segment>self._segs[0]).arrays if self._segs else \
+            _empty_field_arrays() * 3
+        for f, name in enumerate(FIELDS):
+            out[f"post_terms_{name}"] = seg_arrays[3 * f]
+            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
+            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
+        return out
+
+    cdef dict _doc_arrays(self):
+        """to_arrays without the postings: copies."""
+        cdef int64_t n = self._n_docs, T = self._t_keys.len
         out = {
             "format": np.array(IX_ARRAYS_FORMAT, dtype=np.int64),
             "n_docs": np.array(n, dtype=np.int64),
@@ -1130,12 +1162,6 @@ cdef class SearchIndex:
             "term_df": garr_to_numpy(&self._t_df, np.uint32, (T,)),
             "term_table": garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,)),
         }
-        seg_arrays = (<_Segment>self._segs[0]).arrays if self._segs else \
-            _empty_field_arrays() * 3
-        for f, name in enumerate(FIELDS):
-            out[f"post_terms_{name}"] = seg_arrays[3 * f]
-            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
-            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
         out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
         out["doc_importance"] = garr_to_numpy(&self._imp, np.uint8, (n,))
         out["doc_session"] = garr_to_numpy(&self._sess, np.int32, (n,))
@@ -1232,6 +1258,67 @@ cdef class SearchIndex:
                 ix._cx = (chars, cx_df, _cx_segment(arrays, <uint32_t>n))
                 ix._cx_for = ix._segs[0]
         return ix
+
+
+cdef class _FrozenIndex:
+    """SearchIndex.freeze(): the copied columns and the segments of one moment."""
+    cdef dict base
+    cdef list segs
+    cdef double c0[3]
+    cdef double cb[3]
+    cdef bint need_merge
+    cdef object cx
+
+    def arrays(self) -> dict:
+        """What to_arrays() + block_max_arrays() returned at the freeze (merges the segments
+        into a new one: ValueError if a list of them is damaged)."""
+        cdef _Segment m = None
+        cdef _Segment seg
+        cdef int f
+        base = self.base
+        meta = base["doc_meta"]
+        lens = base["doc_lens"]
+        keys = base["term_keys"]
+        segs = self.segs
+        if self.need_merge:
+            m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL,
+                       <const uint32_t*>cnp.PyArray_DATA(lens), (<_Segment>segs[0]).v.doc_lo,
+                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, self.c0, self.cb)
+            if not _nonempty(m):
+                m = None
+        elif segs:
+            m = <_Segment>segs[0]
+        out = dict(base)
+        seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
+        for f, name in enumerate(FIELDS):
+            out[f"post_terms_{name}"] = seg_arrays[3 * f]
+            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
+            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
+        if m is None or len(m.bm_arrays) != 9:
+            return out
+        out["bm_cb"] = np.array([m.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+        for f, name in enumerate(FIELDS):
+            out[f"bm_terms_{name}"] = m.bm_arrays[3 * f]
+            out[f"bm_off_{name}"] = m.bm_arrays[3 * f + 1]
+            out[f"bm_{name}"] = m.bm_arrays[3 * f + 2]
+        cx = self.cx
+        if cx is None:
+            cx = _char_segment(m, <const uint64_t*>cnp.PyArray_DATA(keys), keys.shape[0],
+                               IX_CX_MIN, <const uint8_t*>cnp.PyArray_DATA(meta),
+                               <const uint32_t*>cnp.PyArray_DATA(lens), self.c0, self.cb)
+        if cx is not None:
+            seg = <_Segment>cx[2]
+            out["cx_chars"] = cx[0]
+            out["cx_df"] = cx[1]
+            out["cx_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+            for f, name in enumerate(FIELDS):
+                out[f"cx_terms_{name}"] = seg.arrays[3 * f]
+                out[f"cx_offsets_{name}"] = seg.arrays[3 * f + 1]
+                out[f"cx_data_{name}"] = seg.arrays[3 * f + 2]
+                out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
+                out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+                out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
+        return out
 
 
 cdef object _cx_chars(object arrays):

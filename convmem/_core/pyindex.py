@@ -343,6 +343,11 @@ class SearchIndex:
         return {"postings": 5 * n_post, "terms": 16 * len(self._term_keys),
                 "doc_columns": 60 * len(self._docs), "scratch": 0}
 
+    def freeze(self) -> "_Frozen":
+        """The compiled index's two-step to_arrays (taken now, merged later off the lock); the
+        twin has nothing to merge: its arrays are built now, as fresh arrays."""
+        return _Frozen(self.to_arrays())
+
     def block_max_arrays(self) -> dict[str, np.ndarray]:
         """The compiled index's stored block maxima; the twin has none (its from_arrays
         ignores them)."""
@@ -419,3 +424,11 @@ class SearchIndex:
                 live=bool(meta & LIVE_BIT),
                 keys=frozenset().union(*(c.keys() for c in tfs[i]))))
         return out
+
+
+class _Frozen:
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        self._arrays = arrays
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self._arrays

@@ -99,6 +99,7 @@ class MemoryStore:
             if self._log is None:
                 return
             try:
+                self._wait_snapshot()
                 if self._catalog.unsaved_records:
                     self._write_snapshot()
             except ConvMemError as exc:
@@ -112,6 +113,7 @@ class MemoryStore:
         """Write a snapshot now (after a bulk import, so that the next open replays nothing)."""
         with self._mutex:
             self._check_open()
+            self._wait_snapshot()
             if self._catalog.unsaved_records:
                 self._write_snapshot()
 
@@ -121,6 +123,7 @@ class MemoryStore:
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
         self._snapshot_retry: tuple[int, float] | None = None  # (records, time) after a failure
+        self._snapshot_job: _SnapshotJob | None = None  # a periodic snapshot being written
         if not self.read_only:
             for leftover in LEFTOVER_NAMES:
                 compaction.remove_quietly(self.directory / leftover)
@@ -227,11 +230,22 @@ class MemoryStore:
         return self._findings.snapshot_valid
 
     # -- snapshot ------------------------------------------------------------------------
-    def _write_snapshot(self) -> None:
+    def _write_snapshot(self, background: bool = False) -> None:
+        """Write a snapshot of the state now. The state is taken under the mutex (the caller
+        holds it) as frozen sections (Catalog.snapshot_state); with `background`, they are
+        checksummed and written by a thread of their own while writes go on (one at a time:
+        a snapshot waits for the one before), else here. Either way the file is replaced
+        atomically, so a crash leaves the old snapshot or the complete new one, and the new one
+        describes exactly the state taken (covered_end, last_seq, last_record_offset)."""
         if self.read_only:
             return  # (replayed again at the next open)
+        self._wait_snapshot()
+        index_sections = None
         try:
-            meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
+            if background:  # (the index's sections are merged by the thread: freeze_state)
+                meta, arrays, index_sections = self._catalog.freeze_state()
+            else:
+                meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
         except ValueError as exc:
             if not is_index_damage(exc):
                 raise
@@ -244,13 +258,55 @@ class MemoryStore:
             self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
             raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
         meta.update(self._log_meta(), covered_end=self._log.size)
+        job = _SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, index_sections, self._io,
+                           self._catalog, self._catalog.unsaved_records, self._log.log_id)
+        if background:
+            self._snapshot_job = job
+            job.start()
+            return
+        job.run()
+        self._snapshot_done(job)
+
+    def _wait_snapshot(self) -> None:
+        """Wait for a background snapshot (the caller holds the mutex; the thread never takes
+        it) and take its outcome; a failure is last_error, as for one written here."""
+        job = self._snapshot_job
+        if job is None:
+            return
+        job.join()
+        self._snapshot_job = None
         try:
-            write_snapshot(self.directory / SNAPSHOT_NAME, meta, arrays, self._io)
-        except OSError as exc:
+            self._snapshot_done(job)
+        except ConvMemError as exc:
+            log.warning("periodic snapshot failed: %s", exc.message)
+
+    def _reap_snapshot(self) -> None:
+        """Take the outcome of a background snapshot that has finished (under the mutex)."""
+        job = self._snapshot_job
+        if job is not None and job.finished():
+            self._wait_snapshot()
+
+    def _snapshot_done(self, job: "_SnapshotJob") -> None:
+        exc = job.error
+        same = job.catalog is self._catalog and job.log_id == self._log.log_id
+        if isinstance(exc, ValueError) and is_index_damage(exc):  # (met by the thread's merge)
+            if same:
+                self._index_damaged(exc)  # a new state from the log, snapshotted there
+            return
+        if exc is not None and not isinstance(exc, OSError):  # (as for snapshot_state, above)
+            self.last_error = f"{_SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}"
+            self._snapshot_retry = (job.records if same else self._catalog.unsaved_records,
+                                    time.monotonic())
+            raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
+        if exc is not None:
             self.last_error = f"{_SNAPSHOT_FAILED}: {exc.strerror or exc}"
-            self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
+            # (the back-off counts from the state taken, as for a snapshot written here)
+            self._snapshot_retry = (job.records if same else self._catalog.unsaved_records,
+                                    time.monotonic())
             raise ConvMemError(IO_ERROR, "snapshot write failed") from exc
-        self._catalog.unsaved_records = 0
+        if same:
+            # The records written since the state was taken are still unsaved.
+            self._catalog.unsaved_records = max(0, self._catalog.unsaved_records - job.records)
         self._snapshot_retry = None
         if self.last_error.startswith(_SNAPSHOT_FAILED):
             self.last_error = ""  # (room again: the failure it reported is over)
@@ -268,6 +324,10 @@ class MemoryStore:
                 "ulid_last": self._clock.to_meta()}
 
     def _after_write(self) -> None:
+        if self._snapshot_job is not None:
+            self._reap_snapshot()  # (its outcome first: a failure sets the back-off below)
+            if self._snapshot_job is not None:
+                return  # (one at a time: a later write looks again)
         # A snapshot bounds the replay at the next open; its cost grows with the store, so the
         # interval grows too (replay after a crash stays under a quarter of the store).
         due = max(SNAPSHOT_EVERY_RECORDS, self._catalog.index.n_docs // 4)
@@ -280,7 +340,10 @@ class MemoryStore:
             records, at = self._snapshot_retry
             if unsaved < records + due or time.monotonic() - at < SNAPSHOT_RETRY_SECONDS:
                 return
-        self._try_snapshot("periodic snapshot")
+        try:
+            self._write_snapshot(background=True)
+        except ConvMemError as exc:
+            log.warning("periodic snapshot failed: %s", exc.message)
 
     # -- the write protocol --------------------------------------------------------------
     def _noting_errors(self, step: Callable[[], _T]) -> _T:
@@ -564,6 +627,7 @@ class MemoryStore:
     def _rebuild(self) -> dict[str, Any]:
         if self.read_only:
             raise ConvMemError(IO_ERROR, "the store is open read-only")
+        self._wait_snapshot()  # (it would rename a snapshot of the old log over the new one)
         cat = self._catalog
         bytes_before = self._log.size
         records_before = cat.record_count
@@ -629,6 +693,7 @@ class MemoryStore:
     def get_system_health(self) -> dict[str, Any]:
         with self._mutex:
             self._check_open()
+            self._reap_snapshot()
             cat = self._catalog
             mem = cat.memory_estimate()
             return {
@@ -780,6 +845,42 @@ class MemoryStore:
 
 
 _SNAPSHOT_FAILED = "IO_ERROR: snapshot write failed"
+
+
+class _SnapshotJob:
+    """One snapshot's write (checksums, file, fsync, rename) from frozen sections; run here or
+    on a thread of its own, which touches nothing of the store's."""
+
+    def __init__(self, path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
+                 index_sections: Callable[[], dict[str, np.ndarray]] | None, io: IoCounters,
+                 catalog: Catalog, records: int, log_id: bytes) -> None:
+        self.path, self.meta, self.arrays, self.io = path, meta, arrays, io
+        self.index_sections = index_sections  # (Catalog.freeze_state: merged here)
+        self.catalog, self.records, self.log_id = catalog, records, log_id
+        self.error: Exception | None = None
+        self._thread: threading.Thread | None = None
+
+    def run(self) -> None:
+        try:
+            if self.index_sections is not None:
+                self.arrays.update(self.index_sections())
+            write_snapshot(self.path, self.meta, self.arrays, self.io)
+        except Exception as exc:  # (reported by MemoryStore._snapshot_done, under the mutex)
+            self.error = exc
+        finally:
+            self.arrays = {}  # (the sections' memory goes as soon as they are written)
+            self.index_sections = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="convmem-snapshot", daemon=True)
+        self._thread.start()
+
+    def finished(self) -> bool:
+        return self._thread is None or not self._thread.is_alive()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
 
 
 def _ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:

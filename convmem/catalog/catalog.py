@@ -293,8 +293,36 @@ class Catalog:
 
     # -- snapshot state --------------------------------------------------------------------
     def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The state as snapshot meta and sections (the store adds the log's identity)."""
+        """The state as snapshot meta and sections (the store adds the log's identity).
+
+        Every section is frozen: a copy, or an array nothing changes any more (the index's
+        postings and block maxima), so the sections can be written off the store's mutex while
+        writes go on (the columns below are changed in place by updates and deletes)."""
         self.index.merge_segments()
+        meta, arrays = self._state_sections()
+        for name, arr in self.index.to_arrays().items():
+            arrays["ix." + name] = arr
+        # Derived, stored so that open does not recompute it (the compiled index only).
+        for name, arr in self.index.block_max_arrays().items():
+            arrays["ix." + name] = arr
+        return meta, arrays
+
+    def freeze_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
+                                    Callable[[], dict[str, np.ndarray]]]:
+        """snapshot_state in two steps, for a snapshot written in the background: the meta and
+        the frozen sections but the index's, taken now (cheap: copies), and a function that
+        returns the index's sections of this same moment ("ix." names), merged when it is called,
+        on any thread, while the state goes on changing (SearchIndex.freeze; ValueError if a
+        posting list is damaged). The live index is not merged."""
+        meta, arrays = self._state_sections()
+        frozen = self.index.freeze()
+
+        def index_sections() -> dict[str, np.ndarray]:
+            return {"ix." + name: arr for name, arr in frozen.arrays().items()}
+
+        return meta, arrays, index_sections
+
+    def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         sessions = self.sessions.by_num
         meta = {
             **_versions_meta(sessions),
@@ -307,22 +335,17 @@ class Catalog:
         arrays = {
             "slot_ulid": self.ids.keys_array(),
             "id_table": self.ids.table_array(),
-            "slot_doc": self.slot_doc.view(),
-            "slot_session": self.slot_session.view(),
-            "slot_ts": self.slot_ts.view(),
-            "doc_offset": self.doc_offset.view(),
-            "doc_len": self.doc_len.view(),
-            "doc_slot": self.doc_slot.view(),
-            "doc_kind": self.doc_kind.view(),
-            "doc_flags": self.doc_flags.view(),
+            "slot_doc": self.slot_doc.view().copy(),
+            "slot_session": self.slot_session.view().copy(),
+            "slot_ts": self.slot_ts.view().copy(),
+            "doc_offset": self.doc_offset.view().copy(),
+            "doc_len": self.doc_len.view().copy(),
+            "doc_slot": self.doc_slot.view().copy(),
+            "doc_kind": self.doc_kind.view().copy(),
+            "doc_flags": self.doc_flags.view().copy(),
             **_history_arrays(sessions),
             **self.relations.arrays(),
         }
-        for name, arr in self.index.to_arrays().items():
-            arrays["ix." + name] = arr
-        # Derived, stored so that open does not recompute it (the compiled index only).
-        for name, arr in self.index.block_max_arrays().items():
-            arrays["ix." + name] = arr
         return meta, arrays
 
     @staticmethod

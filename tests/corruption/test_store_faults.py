@@ -122,6 +122,12 @@ def test_store_opens_read_write_when_its_snapshot_cannot_be_written(store_dir, m
         assert len(s.read_messages(session_id="s")["history"]) == 6
 
 
+def settle(s: MemoryStore) -> None:
+    """Wait for a periodic snapshot being written in the background (and take its outcome)."""
+    with s._mutex:
+        s._wait_snapshot()
+
+
 def test_failed_periodic_snapshot_is_not_retried_on_every_write(store_dir, monkeypatch):
     monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", 10)
     attempts = []
@@ -133,9 +139,12 @@ def test_failed_periodic_snapshot_is_not_retried_on_every_write(store_dir, monke
     with MemoryStore.open(store_dir) as s:
         monkeypatch.setattr(store_module, "write_snapshot", failing)
         write_n(s, 50)
+        settle(s)
         assert len(attempts) == 1  # the first due one failed; 40 more writes did not retry
+        assert "snapshot write failed" in s.get_system_health()["last_error"]
         monkeypatch.setattr(store_module, "SNAPSHOT_RETRY_SECONDS", 0.0)
         write_n(s, 10)
+        settle(s)
         assert len(attempts) == 2  # as many records again (and the pause) later: one retry
         monkeypatch.undo()
 

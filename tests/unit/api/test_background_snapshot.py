@@ -1,0 +1,172 @@
+"""The periodic snapshot is written off the write path (issue 14): a write that makes one due
+takes the state and returns; the file is written by a thread of its own, and writes, reads and
+health go on meanwhile. No timing thresholds: a slow write_snapshot held at a barrier."""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from convmem import MemoryStore
+from convmem.api import store as store_module
+from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
+
+EVERY = 10
+
+
+def write(s: MemoryStore, i: int, session: str = "s") -> dict:
+    return s.write_message(session_id=session, role="user", content=f"message {i}")["message"]
+
+
+class HeldWrite:
+    """write_snapshot that waits at `release` before writing (and notes when it started)."""
+
+    def __init__(self) -> None:
+        self.real = store_module.write_snapshot
+        self.started = threading.Event()
+        self.release = threading.Event()
+        self.done = threading.Event()
+        self.metas: list[dict] = []
+        self.events: list[str] = []
+
+    def __call__(self, path, meta, arrays, io):
+        self.metas.append(dict(meta))
+        self.started.set()
+        assert self.release.wait(30), "the test never released the snapshot"
+        out = self.real(path, meta, arrays, io)
+        self.events.append("snapshot written")
+        self.done.set()
+        return out
+
+
+@pytest.fixture
+def held(monkeypatch) -> HeldWrite:
+    monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+    h = HeldWrite()
+    monkeypatch.setattr(store_module, "write_snapshot", h)
+    return h
+
+
+def settle(s: MemoryStore) -> None:
+    with s._mutex:
+        s._wait_snapshot()
+
+
+def test_a_write_during_a_background_snapshot_completes_before_it(store_dir: Path, held: HeldWrite):
+    s = MemoryStore.open(store_dir)
+    try:
+        for i in range(EVERY):
+            write(s, i)  # the last one makes the snapshot due: it returns with it being written
+        assert held.started.wait(30)
+        size_at_snapshot = s._log.size
+        seq_at_snapshot = s.get_system_health()["last_sequence"]
+        # Writes, a read and health go on while the snapshot is held at the barrier.
+        later = [write(s, 100 + i) for i in range(3)]
+        assert not held.done.is_set()
+        assert len(s.read_messages(session_id="s")["history"]) == EVERY + 3
+        assert s.get_system_health()["status"] == "OK"
+        held.release.set()
+        settle(s)
+        assert held.done.is_set()
+        # The snapshot describes exactly the state taken, not the writes after it.
+        meta, _ = read_snapshot(store_dir / SNAPSHOT_NAME)
+        assert meta["covered_end"] == size_at_snapshot
+        assert meta["last_seq"] == seq_at_snapshot
+        assert s._catalog.unsaved_records == len(later)  # (still to be saved)
+    finally:
+        held.release.set()
+        s.close()
+    with MemoryStore.open(store_dir) as s:
+        assert len(s.read_messages(session_id="s")["history"]) == EVERY + 3
+
+
+def test_the_frozen_state_does_not_see_later_updates_and_deletes(store_dir: Path, held: HeldWrite,
+                                                                  tmp_path: Path):
+    copy = tmp_path / "copy"
+    s = MemoryStore.open(store_dir)
+    try:
+        ids = [write(s, i)["message_id"] for i in range(EVERY)]
+        assert held.started.wait(30)
+        # Changed in place while the snapshot waits: the catalog's columns and the index's docs.
+        s.update_message(message_id=ids[0], content="changed after the snapshot")
+        s.delete_message(message_id=ids[1])
+        held.release.set()
+        settle(s)
+        # The snapshot with the log cut where it ends: it must hold the state it was taken at.
+        meta, _ = read_snapshot(store_dir / SNAPSHOT_NAME)
+        copy.mkdir()
+        for name in (SNAPSHOT_NAME, "cursor.key"):
+            (copy / name).write_bytes((store_dir / name).read_bytes())
+        (copy / "messages.log").write_bytes((store_dir / "messages.log").read_bytes()[: meta["covered_end"]])
+    finally:
+        held.release.set()
+        s.close()
+    with MemoryStore.open(copy) as c:
+        assert c.get_system_health()["snapshot_valid"] is True
+        hist = c.read_messages(session_id="s")["history"]
+        assert [m["message_id"] for m in hist] == ids
+        assert hist[0]["content"] == "message 0"
+        assert c.search_messages(query="changed")["results"] == []
+
+
+def test_checkpoint_and_close_wait_for_it(store_dir: Path, held: HeldWrite):
+    s = MemoryStore.open(store_dir)
+    for i in range(EVERY + 2):
+        write(s, i)
+    assert held.started.wait(30)
+    t = threading.Thread(target=s.close)
+    t.start()
+    held.release.set()
+    t.join(30)
+    assert not t.is_alive()
+    assert held.events == ["snapshot written", "snapshot written"]  # the periodic one, then close's
+    meta, _ = read_snapshot(store_dir / SNAPSHOT_NAME)
+    assert meta["covered_end"] == (store_dir / "messages.log").stat().st_size
+
+
+def test_rebuild_index_waits_for_it(store_dir: Path, held: HeldWrite, monkeypatch):
+    from convmem.store import compaction
+    real = compaction.write_compacted_log
+
+    def noted(*args, **kwargs):
+        held.events.append("rebuild")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compaction, "write_compacted_log", noted)
+    s = MemoryStore.open(store_dir)
+    try:
+        ids = [write(s, i)["message_id"] for i in range(EVERY)]
+        assert held.started.wait(30)
+        s.delete_message(message_id=ids[0])
+        out: list = []
+        t = threading.Thread(target=lambda: out.append(s.rebuild_index()))
+        t.start()
+        held.release.set()
+        t.join(30)
+        assert out and out[0]["status"] == "OK"
+        assert held.events[:2] == ["snapshot written", "rebuild"]
+    finally:
+        held.release.set()
+        s.close()
+    with MemoryStore.open(store_dir) as s:
+        assert s.get_system_health()["snapshot_valid"] is True
+        assert [m["message_id"] for m in s.read_messages(session_id="s")["history"]] == ids[1:]
+
+
+def test_a_failed_background_snapshot_is_reported_in_health(store_dir: Path, monkeypatch):
+    monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+
+    def enospc(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store_module, "write_snapshot", enospc)
+    with MemoryStore.open(store_dir) as s:
+        for i in range(EVERY):
+            write(s, i)
+        settle(s)
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED" and "snapshot write failed" in h["last_error"]
+        monkeypatch.undo()
+        s.checkpoint()
+        assert s.get_system_health()["status"] == "OK"
