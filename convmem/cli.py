@@ -620,11 +620,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     _require_store(args.data_dir)
-    store = _open_store(args.data_dir)
-    try:
-        result = _run_tool(store, "rebuild_index")
-    finally:
-        store.close()
+    result = _once(_open_store(args.data_dir), "rebuild_index")
     if _want_json(args):
         _write_json(result)
     else:
@@ -632,12 +628,16 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
-    store = _read_store(args)
+def _once(store: Any, name: str, **kwargs: Any) -> dict[str, Any]:
+    """One call on a store that is closed after it (a failure is the command's one-line error)."""
     try:
-        report = _run_tool(store, "verify")
+        return _run_tool(store, name, **kwargs)
     finally:
         store.close()
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    report = _once(_read_store(args), "verify")
     if _want_json(args):
         _write_json(report)
     else:
@@ -652,11 +652,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
-    store = _read_store(args)
-    try:
-        result = _run_tool(store, "backup", dest=str(Path(args.dest).expanduser().absolute()))
-    finally:
-        store.close()
+    result = _once(_read_store(args), "backup", dest=str(Path(args.dest).expanduser().absolute()))
     if _want_json(args):
         _write_json(result)
     else:

@@ -26,16 +26,7 @@ class DirLock:
             fd = open_file(self.path, os.O_RDWR | os.O_CREAT)
         except OSError as exc:
             raise ConvMemError(IO_ERROR, f"cannot open {self.path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            os.close(fd)
-            who = f"process {holder}" if holder else "another process"
-            raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
-        except OSError as exc:
-            os.close(fd)
-            raise ConvMemError(IO_ERROR, f"cannot lock {self.path}: {exc.strerror or exc}") from exc
+        _lock_or_busy(fd, fcntl.LOCK_EX, self.path)
         # The pid is informational (the flock is the lock): rewrite it in place, best effort
         # (a full disk or a failing write must not stop the owner from opening).
         try:
@@ -58,13 +49,7 @@ class DirLock:
             return self
         except OSError as exc:
             raise ConvMemError(IO_ERROR, f"cannot open {self.path}: {exc.strerror or exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read_pid(fd)
-            os.close(fd)
-            who = f"process {holder}" if holder else "another process"
-            raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
+        _lock_or_busy(fd, fcntl.LOCK_SH, self.path)
         self._fd = fd
         return self
 
@@ -73,6 +58,20 @@ class DirLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def _lock_or_busy(fd: int, mode: int, path: Path) -> None:
+    """flock(fd, mode) without waiting; BUSY naming the holder, or IO_ERROR (fd closed on both)."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _read_pid(fd)
+        os.close(fd)
+        who = f"process {holder}" if holder else "another process"
+        raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
+    except OSError as exc:
+        os.close(fd)
+        raise ConvMemError(IO_ERROR, f"cannot lock {path}: {exc.strerror or exc}") from exc
 
 
 def _read_pid(fd: int) -> int | None:
