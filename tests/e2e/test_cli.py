@@ -64,7 +64,7 @@ def test_import_reports_every_bad_line_and_keeps_going(tmp_path: Path, capsysbin
     )
     data = tmp_path / "data"
     code, out, err = _run(capsysbinary, "import", str(source), "--data-dir", str(data))
-    assert code == 1  # some lines were rejected
+    assert code == 0  # the file was read: rejected lines are reported, not a failure
     lines = out.decode().splitlines()
     assert lines[0] == "imported 4 messages, rejected 10 lines"
     rejected = {int(m.group(1)): m.group(2) for m in (re.fullmatch(r"line (\d+): (.*)", line) for line in lines[1:]) if m}
