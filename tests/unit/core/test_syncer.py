@@ -3,8 +3,10 @@ its errors, one flush at a time, its thread's lifetime, and fork."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -81,8 +83,19 @@ def test_flusher_runs_one_flush_at_a_time(make, fd):
         s.wait()
 
 
+def _quiet_process() -> None:
+    """No other thread comes or goes while a test counts the process's threads: earlier tests'
+    stores are collected (their index workers end) and their Python threads (background
+    snapshots, verifiers) have finished."""
+    gc.collect()
+    for thread in threading.enumerate():
+        if thread.name.startswith("convmem-"):
+            thread.join(timeout=30)
+
+
 def test_flusher_thread_starts_on_first_use_and_is_joined_when_dropped(fd):
     threads = 0 if core_syncer is pysyncer else 1  # the twin (CONVMEM_PURE) flushes in wait()
+    _quiet_process()
     tasks = Path("/proc/self/task")
     n0 = len(list(tasks.iterdir()))
     s = core_syncer.Syncer()
