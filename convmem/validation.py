@@ -94,6 +94,12 @@ def integer(name: str, value: Any, *, lo: int, hi: int | None, default: int | No
     return value
 
 
+def ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:
+    """`integer` with a domain range (lowest, highest or None, default)."""
+    lo, hi, default = bounds
+    return integer(name, value, lo=lo, hi=hi, default=default)  # type: ignore[return-value]
+
+
 def choice(name: str, value: Any, options: tuple[str, ...], default: str | None = None) -> str:
     if value is None and default is not None:
         return default

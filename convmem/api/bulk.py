@@ -9,12 +9,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from .. import validation as v
-from ..catalog.docs import (R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS, R_REVISION, R_ROLE,
+from ..catalog.docs import (R_ULID, R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS, R_REVISION, R_ROLE,
                             R_SESSION_ID, R_SOURCES, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP,
                             R_TOOL_CALL_ID, R_UPDATED_AT, Record)
 from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES, MAX_TIMESTAMP_MS
 from ..ids import UlidClock
-from .records import new_record
+from ..errors import CONFLICT, ConvMemError
+from .records import message, new_record
 
 EXPORT_FIELDS = ("message_id", "session_id", "timestamp", "role", "content", "metadata",
                  "revision", "updated_at")
@@ -112,3 +113,20 @@ def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 10
             batch = []
     store.checkpoint()
     return total
+
+
+def compare_existing(reader: Any, item: dict[str, Any], rec: Record, earlier: Record | None) -> Any:
+    """import_message_batch(existing="compare")'s answer for an id already taken: PRESENT when
+    the stored message (or `earlier` in the same batch) equals the item in every field it gives,
+    DELETED when it was deleted, else a CONFLICT whose `.existing` is the stored message."""
+    if earlier is None:
+        cat = reader.catalog
+        doc = cat.current_doc(cat.ids.get(rec[R_ULID]))
+        if doc < 0:
+            return DELETED
+        earlier = reader.record(doc)
+    if same_message(item, rec, earlier):
+        return PRESENT
+    err = ConvMemError(CONFLICT, "message_id already exists with other content")
+    err.existing = message(earlier)  # type: ignore[attr-defined]
+    return err

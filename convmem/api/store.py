@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,21 +38,19 @@ from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
-from ..store.snapshot import SNAPSHOT_NAME, snapshot_size, write_snapshot
-from . import bulk, views
+from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
+from . import bulk, snapshots, views
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
 from .records import RecordReader, message, metadata_of, new_record
 
 log = logging.getLogger("convmem")
 
-SNAPSHOT_EVERY_RECORDS = 50_000
 # Half-written files of an interrupted snapshot, rebuild_index or key write, removed at open.
 LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
                   CURSOR_KEY_NAME + ".tmp")
 SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
-SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
 _T = TypeVar("_T")
 
 
@@ -122,8 +119,8 @@ class MemoryStore:
         self._io = IoCounters()
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
-        self._snapshot_retry: tuple[int, float] | None = None  # (records, time) after a failure
-        self._snapshot_job: _SnapshotJob | None = None  # a periodic snapshot being written
+        self._cadence = snapshots.Cadence()
+        self._snapshot_job: snapshots.SnapshotJob | None = None  # a periodic snapshot being written
         if not self.read_only:
             for leftover in LEFTOVER_NAMES:
                 compaction.remove_quietly(self.directory / leftover)
@@ -254,11 +251,9 @@ class MemoryStore:
         except (OverflowError, MemoryError) as exc:
             # A merge past the index's limits (4 GiB of postings in one segment field, see
             # docs/FORMAT.md "Limits") or out of memory: no snapshot now; the log has it all.
-            self.last_error = f"{_SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}"
-            self._snapshot_retry = (self._catalog.unsaved_records, time.monotonic())
-            raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
+            raise self._snapshot_failed(exc, self._catalog.unsaved_records) from exc
         meta.update(self._log_meta(), covered_end=self._log.size)
-        job = _SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, index_sections, self._io,
+        job = snapshots.SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, index_sections, self._io,
                            self._catalog, self._catalog.unsaved_records, self._log.log_id)
         if background:
             self._snapshot_job = job
@@ -286,29 +281,28 @@ class MemoryStore:
         if job is not None and job.finished():
             self._wait_snapshot()
 
-    def _snapshot_done(self, job: "_SnapshotJob") -> None:
+    def _snapshot_failed(self, exc: BaseException, records: int) -> ConvMemError:
+        """Report a failed snapshot in health and back off (from `records` unsaved)."""
+        self.last_error, error = snapshots.failure(exc)
+        self._cadence.failed(records)
+        return error
+
+    def _snapshot_done(self, job: snapshots.SnapshotJob) -> None:
         exc = job.error
         same = job.catalog is self._catalog and job.log_id == self._log.log_id
         if isinstance(exc, ValueError) and is_index_damage(exc):  # (met by the thread's merge)
             if same:
                 self._index_damaged(exc)  # a new state from the log, snapshotted there
             return
-        if exc is not None and not isinstance(exc, OSError):  # (as for snapshot_state, above)
-            self.last_error = f"{_SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}"
-            self._snapshot_retry = (job.records if same else self._catalog.unsaved_records,
-                                    time.monotonic())
-            raise ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}") from exc
         if exc is not None:
-            self.last_error = f"{_SNAPSHOT_FAILED}: {exc.strerror or exc}"
             # (the back-off counts from the state taken, as for a snapshot written here)
-            self._snapshot_retry = (job.records if same else self._catalog.unsaved_records,
-                                    time.monotonic())
-            raise ConvMemError(IO_ERROR, "snapshot write failed") from exc
+            raise self._snapshot_failed(
+                exc, job.records if same else self._catalog.unsaved_records) from exc
         if same:
             # The records written since the state was taken are still unsaved.
             self._catalog.unsaved_records = max(0, self._catalog.unsaved_records - job.records)
-        self._snapshot_retry = None
-        if self.last_error.startswith(_SNAPSHOT_FAILED):
+        self._cadence.succeeded()
+        if self.last_error.startswith(snapshots.SNAPSHOT_FAILED):
             self.last_error = ""  # (room again: the failure it reported is over)
 
     def _try_snapshot(self, what: str) -> None:
@@ -328,18 +322,8 @@ class MemoryStore:
             self._reap_snapshot()  # (its outcome first: a failure sets the back-off below)
             if self._snapshot_job is not None:
                 return  # (one at a time: a later write looks again)
-        # A snapshot bounds the replay at the next open; its cost grows with the store, so the
-        # interval grows too (replay after a crash stays under a quarter of the store).
-        due = max(SNAPSHOT_EVERY_RECORDS, self._catalog.index.n_docs // 4)
-        unsaved = self._catalog.unsaved_records
-        if unsaved < due:
+        if not self._cadence.due(self._catalog.unsaved_records, self._catalog.index.n_docs):
             return
-        if self._snapshot_retry is not None:
-            # The last one failed (a full disk): not again on every write, only after as many
-            # records again and some time (it costs a write of the whole state).
-            records, at = self._snapshot_retry
-            if unsaved < records + due or time.monotonic() - at < SNAPSHOT_RETRY_SECONDS:
-                return
         try:
             self._write_snapshot(background=True)
         except ConvMemError as exc:
@@ -532,15 +516,15 @@ class MemoryStore:
                 return views.session_list(self._reader, self._cursors, lim, cursor)
         ulid = v.ulid("message_id", message_id)
         if view == "content":
-            off = _ranged("content_offset", content_offset, CONTENT_OFFSET)
-            clim = _ranged("content_limit", content_limit, CONTENT_LIMIT)
+            off = v.ranged("content_offset", content_offset, CONTENT_OFFSET)
+            clim = v.ranged("content_limit", content_limit, CONTENT_LIMIT)
             expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
             with self._mutex:
                 self._check_open()
                 return views.content_range(self._reader, ulid, off, clim, expected)
-        nb = _ranged("before", before, CONTEXT_BEFORE)
-        na = _ranged("after", after, CONTEXT_AFTER)
-        depth = _ranged("relation_depth", relation_depth, RELATION_DEPTH)
+        nb = v.ranged("before", before, CONTEXT_BEFORE)
+        na = v.ranged("after", after, CONTEXT_AFTER)
+        depth = v.ranged("relation_depth", relation_depth, RELATION_DEPTH)
         types = v.relation_types(relation_types_json)
         with self._mutex:
             self._check_open()
@@ -554,9 +538,9 @@ class MemoryStore:
         if session_id is not None:
             name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
         flt = v.filters(filters_json)
-        min_imp = _ranged("min_importance", min_importance, MIN_IMPORTANCE)
-        ctx = _ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
-        lim = _ranged("limit", limit, SEARCH_LIMIT)
+        min_imp = v.ranged("min_importance", min_importance, MIN_IMPORTANCE)
+        ctx = v.ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
+        lim = v.ranged("limit", limit, SEARCH_LIMIT)
         keys = tokenizer.query_keys(q)
         filter_tags = tag_hashes(flt.tags)
         results: list[dict[str, Any]] = []
@@ -628,49 +612,18 @@ class MemoryStore:
         if self.read_only:
             raise ConvMemError(IO_ERROR, "the store is open read-only")
         self._wait_snapshot()  # (it would rename a snapshot of the old log over the new one)
-        cat = self._catalog
         bytes_before = self._log.size
-        records_before = cat.record_count
-        live_slots = cat.live_slots()
-        live_docs = cat.slot_doc.data[live_slots]
-        spans = list(zip(cat.doc_offset.data[live_docs].tolist(),
-                         cat.doc_len.data[live_docs].tolist()))
-        new_index, old_to_new = cat.index.compacted()
-        snapshot_tmp = self.directory / compaction.NEXT_SNAPSHOT_NAME
+        records_before = self._catalog.record_count
         try:
-            new = compaction.write_compacted_log(self.directory, self._log, spans, cat.last_seq,
-                                                 self._io)
+            rebuilt = compaction.write_rebuild(self.directory, self._log, self._catalog,
+                                               self._log_meta, self._io)
+            switched = compaction.switch(self.directory, rebuilt.new, rebuilt.snapshot_tmp,
+                                         self._io)
         except ConvMemError as exc:
             if exc.code == IO_ERROR:
                 self.last_error = f"IO_ERROR: rebuild failed: {_cause(exc)}"
             raise
-        try:
-            # The new records by new doc number (index.compacted renumbers the docs).
-            new_docs = old_to_new[live_docs.astype(np.int64)]
-            doc_offset = np.zeros(len(spans), dtype=np.int64)
-            doc_len = np.zeros(len(spans), dtype=np.uint32)
-            doc_offset[new_docs] = new.offsets
-            doc_len[new_docs] = new.lengths
-            meta, arrays = cat.compacted_state(live_slots, old_to_new, new_index, doc_offset,
-                                               doc_len)
-            meta.update(self._log_meta(new.log_id), covered_end=new.size, last_seq=cat.last_seq,
-                        last_record_offset=new.last_record_offset,
-                        update_records=new.update_records, deleted_messages=0,
-                        live_bytes=int(doc_len.sum()))
-            # The new snapshot waits under its own name; the switch renames both.
-            write_snapshot(snapshot_tmp, meta, arrays, self._io)
-        except BaseException as exc:
-            new.discard()
-            compaction.remove_quietly(snapshot_tmp)
-            if isinstance(exc, OSError):
-                self.last_error = f"IO_ERROR: rebuild failed: {exc.strerror or exc}"
-                raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
-            raise
-        try:
-            switched = compaction.switch(self.directory, new, snapshot_tmp, self._io)
-        except ConvMemError as exc:
-            self.last_error = f"IO_ERROR: rebuild failed: {_cause(exc)}"
-            raise
+        meta, arrays = rebuilt.meta, rebuilt.arrays
         # The store is NEW from here on: writes go to the log a restart opens.
         self._log.close()
         self._log = switched.log
@@ -684,10 +637,10 @@ class MemoryStore:
             raise ConvMemError(IO_ERROR, "rebuild_index compacted the log, but " + switched.error)
         return {
             "status": "OK",
-            "messages_indexed": len(spans),
-            "records_removed": records_before - len(spans),
+            "messages_indexed": rebuilt.messages,
+            "records_removed": records_before - rebuilt.messages,
             "bytes_before": bytes_before,
-            "bytes_after": new.size,
+            "bytes_after": rebuilt.new.size,
         }
 
     def get_system_health(self) -> dict[str, Any]:
@@ -751,7 +704,7 @@ class MemoryStore:
                     if ulid in cat.ids or ulid in seen:
                         if not compare:
                             raise ConvMemError(CONFLICT, "message_id already exists")
-                        results.append(self._compare_existing(item, rec, seen.get(ulid)))
+                        results.append(bulk.compare_existing(self._reader, item, rec, seen.get(ulid)))
                         continue
                     seen[ulid] = rec
                     prepared.append(rec)
@@ -774,19 +727,6 @@ class MemoryStore:
                 cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
             self._after_write()
         return results
-
-    def _compare_existing(self, item: dict[str, Any], rec: Record, earlier: Record | None) -> Any:
-        """import_message_batch(existing="compare")'s answer for an id already taken."""
-        if earlier is None:
-            doc = self._catalog.current_doc(self._catalog.ids.get(rec[R_ULID]))
-            if doc < 0:
-                return bulk.DELETED
-            earlier = self._reader.record(doc)
-        if bulk.same_message(item, rec, earlier):
-            return bulk.PRESENT
-        err = ConvMemError(CONFLICT, "message_id already exists with other content")
-        err.existing = message(earlier)  # type: ignore[attr-defined]
-        return err
 
     # =====================================================================================
     # Maintenance (the CLI's verify and backup)
@@ -842,50 +782,6 @@ class MemoryStore:
                     continue
                 m = message(self._reader.record(doc))
             yield bulk.export_item(m)
-
-
-_SNAPSHOT_FAILED = "IO_ERROR: snapshot write failed"
-
-
-class _SnapshotJob:
-    """One snapshot's write (checksums, file, fsync, rename) from frozen sections; run here or
-    on a thread of its own, which touches nothing of the store's."""
-
-    def __init__(self, path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
-                 index_sections: Callable[[], dict[str, np.ndarray]] | None, io: IoCounters,
-                 catalog: Catalog, records: int, log_id: bytes) -> None:
-        self.path, self.meta, self.arrays, self.io = path, meta, arrays, io
-        self.index_sections = index_sections  # (Catalog.freeze_state: merged here)
-        self.catalog, self.records, self.log_id = catalog, records, log_id
-        self.error: Exception | None = None
-        self._thread: threading.Thread | None = None
-
-    def run(self) -> None:
-        try:
-            if self.index_sections is not None:
-                self.arrays.update(self.index_sections())
-            write_snapshot(self.path, self.meta, self.arrays, self.io)
-        except Exception as exc:  # (reported by MemoryStore._snapshot_done, under the mutex)
-            self.error = exc
-        finally:
-            self.arrays = {}  # (the sections' memory goes as soon as they are written)
-            self.index_sections = None
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="convmem-snapshot", daemon=True)
-        self._thread.start()
-
-    def finished(self) -> bool:
-        return self._thread is None or not self._thread.is_alive()
-
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-
-
-def _ranged(name: str, value: Any, bounds: tuple[int, int | None, int]) -> int:
-    lo, hi, default = bounds
-    return v.integer(name, value, lo=lo, hi=hi, default=default)  # type: ignore[return-value]
 
 
 def _cause(exc: BaseException) -> str:

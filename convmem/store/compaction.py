@@ -13,8 +13,10 @@ keeps writes from being acknowledged until the directory entry is durable (LogFi
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +25,7 @@ from ..errors import IO_ERROR, ConvMemError
 from .io import IoCounters, create_exclusively, fsync_dir, write_all
 from .logfile import LOG_NAME, LogFile
 from .records import read_payload_at
-from .snapshot import SNAPSHOT_NAME
+from .snapshot import SNAPSHOT_NAME, write_snapshot
 
 COMPACT_NAME = "messages.log.compact"  # rebuild_index's new log before it is renamed
 NEXT_SNAPSHOT_NAME = SNAPSHOT_NAME + ".next"  # and its snapshot
@@ -96,6 +98,51 @@ def write_compacted_log(directory: Path, old: LogFile, spans: list[tuple[int, in
             raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
         raise
     return CompactedLog(path, fd, log_id, base, pos, offsets, lengths, last_off, updated)
+
+
+@dataclass
+class Rebuilt:
+    """rebuild_index's new files, written and fsynced under their own names, not yet in place."""
+
+    new: CompactedLog
+    snapshot_tmp: Path
+    meta: dict[str, Any]  # the new snapshot's, for the state adopted after the switch
+    arrays: dict[str, np.ndarray]
+    messages: int
+
+
+def write_rebuild(directory: Path, old: LogFile, catalog: Any,
+                  log_meta: Callable[[bytes], dict[str, Any]], io: IoCounters) -> Rebuilt:
+    """The compacted log of `catalog`'s live versions and its snapshot, under COMPACT_NAME and
+    NEXT_SNAPSHOT_NAME (`log_meta(log_id)`: the meta that ties a snapshot to its log). IO_ERROR
+    or CORRUPT_STORE leave no new file: the store is unchanged."""
+    live_slots = catalog.live_slots()
+    live_docs = catalog.slot_doc.data[live_slots]
+    spans = list(zip(catalog.doc_offset.data[live_docs].tolist(),
+                     catalog.doc_len.data[live_docs].tolist()))
+    new_index, old_to_new = catalog.index.compacted()
+    snapshot_tmp = directory / NEXT_SNAPSHOT_NAME
+    new = write_compacted_log(directory, old, spans, catalog.last_seq, io)
+    try:
+        # The new records by new doc number (index.compacted renumbers the docs).
+        new_docs = old_to_new[live_docs.astype(np.int64)]
+        doc_offset = np.zeros(len(spans), dtype=np.int64)
+        doc_len = np.zeros(len(spans), dtype=np.uint32)
+        doc_offset[new_docs] = new.offsets
+        doc_len[new_docs] = new.lengths
+        meta, arrays = catalog.compacted_state(live_slots, old_to_new, new_index, doc_offset, doc_len)
+        meta.update(log_meta(new.log_id), covered_end=new.size, last_seq=catalog.last_seq,
+                    last_record_offset=new.last_record_offset, update_records=new.update_records,
+                    deleted_messages=0, live_bytes=int(doc_len.sum()))
+        # The new snapshot waits under its own name; the switch renames both.
+        write_snapshot(snapshot_tmp, meta, arrays, io)
+    except BaseException as exc:
+        new.discard()
+        remove_quietly(snapshot_tmp)
+        if isinstance(exc, OSError):
+            raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
+        raise
+    return Rebuilt(new, snapshot_tmp, meta, arrays, len(spans))
 
 
 @dataclass

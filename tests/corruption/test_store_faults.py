@@ -23,6 +23,7 @@ import pytest
 
 from convmem import ConvMemError, MemoryStore
 from convmem._core import codec
+from convmem.api import snapshots as snapshots_module
 from convmem.api import store as store_module
 from convmem.store import io as store_io
 
@@ -108,7 +109,7 @@ def test_store_opens_read_write_when_its_snapshot_cannot_be_written(store_dir, m
     with MemoryStore.open(store_dir) as s:
         write_n(s, 5)
     (store_dir / SNAP).unlink()  # as after a crash: only the log
-    monkeypatch.setattr(store_module, "write_snapshot", enospc)
+    monkeypatch.setattr(snapshots_module, "write_snapshot", enospc)
     with MemoryStore.open(store_dir) as s:  # (refused to open before)
         h = s.get_system_health()
         assert h["active_messages"] == 5 and h["status"] == "DEGRADED"
@@ -129,7 +130,7 @@ def settle(s: MemoryStore) -> None:
 
 
 def test_failed_periodic_snapshot_is_not_retried_on_every_write(store_dir, monkeypatch):
-    monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", 10)
+    monkeypatch.setattr(snapshots_module, "SNAPSHOT_EVERY_RECORDS", 10)
     attempts = []
 
     def failing(*args, **kwargs):
@@ -137,12 +138,12 @@ def test_failed_periodic_snapshot_is_not_retried_on_every_write(store_dir, monke
         enospc()
 
     with MemoryStore.open(store_dir) as s:
-        monkeypatch.setattr(store_module, "write_snapshot", failing)
+        monkeypatch.setattr(snapshots_module, "write_snapshot", failing)
         write_n(s, 50)
         settle(s)
         assert len(attempts) == 1  # the first due one failed; 40 more writes did not retry
         assert "snapshot write failed" in s.get_system_health()["last_error"]
-        monkeypatch.setattr(store_module, "SNAPSHOT_RETRY_SECONDS", 0.0)
+        monkeypatch.setattr(snapshots_module, "SNAPSHOT_RETRY_SECONDS", 0.0)
         write_n(s, 10)
         settle(s)
         assert len(attempts) == 2  # as many records again (and the pause) later: one retry

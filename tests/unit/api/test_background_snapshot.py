@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from convmem import MemoryStore
-from convmem.api import store as store_module
+from convmem.api import snapshots as snapshots_module
 from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
 
 EVERY = 10
@@ -23,7 +23,7 @@ class HeldWrite:
     """write_snapshot that waits at `release` before writing (and notes when it started)."""
 
     def __init__(self) -> None:
-        self.real = store_module.write_snapshot
+        self.real = snapshots_module.write_snapshot
         self.started = threading.Event()
         self.release = threading.Event()
         self.done = threading.Event()
@@ -42,9 +42,9 @@ class HeldWrite:
 
 @pytest.fixture
 def held(monkeypatch) -> HeldWrite:
-    monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+    monkeypatch.setattr(snapshots_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
     h = HeldWrite()
-    monkeypatch.setattr(store_module, "write_snapshot", h)
+    monkeypatch.setattr(snapshots_module, "write_snapshot", h)
     return h
 
 
@@ -155,12 +155,12 @@ def test_rebuild_index_waits_for_it(store_dir: Path, held: HeldWrite, monkeypatc
 
 
 def test_a_failed_background_snapshot_is_reported_in_health(store_dir: Path, monkeypatch):
-    monkeypatch.setattr(store_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+    monkeypatch.setattr(snapshots_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
 
     def enospc(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(store_module, "write_snapshot", enospc)
+    monkeypatch.setattr(snapshots_module, "write_snapshot", enospc)
     with MemoryStore.open(store_dir) as s:
         for i in range(EVERY):
             write(s, i)
