@@ -144,5 +144,5 @@ def prepare_data_dir(directory: Path) -> None:
             if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
                 os.chmod(entry.path, FILE_MODE, follow_symlinks=False)
                 log.warning("made %s private to its owner (mode 600)", entry.path)
-        except (OSError, NotImplementedError):
-            pass
+        except (OSError, NotImplementedError) as exc:  # (read-only media: a reader opens it)
+            log.warning("could not make %s private to its owner: %s", entry.path, exc)

@@ -9,7 +9,6 @@ holds records whose checksum was checked, and every later read checks it again.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,8 +138,8 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
     progress = start <= codec.LOG_HEADER_SIZE and total >= REINDEX_PROGRESS_BYTES
     next_report = start + total // 10 if progress else logfile.size + 1
     if progress:
-        print(f"convmem: indexing the log ({total / 2**20:.0f} MiB)...", file=sys.stderr,
-              flush=True)
+        # (at warning level: the default, so that a long re-index at open is seen on stderr)
+        log.warning("indexing the log (%.0f MiB)...", total / 2**20)
     try:
         pos = start
         while pos < logfile.size:
@@ -150,8 +149,7 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
                 flen = header + plen
                 if off >= next_report:
                     done = off - start
-                    print(f"convmem: indexing the log: {100 * done // total}%", file=sys.stderr,
-                          flush=True)
+                    log.warning("indexing the log: %d%%", 100 * done // total)
                     next_report = off + total // 10
                 if seq <= catalog.last_seq:
                     findings.damage(off, "sequence number does not increase", flen)
@@ -183,7 +181,7 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
         if mm is not None:
             mm.close()
     if progress:
-        print(f"convmem: indexing the log: done, {applied} records", file=sys.stderr, flush=True)
+        log.warning("indexing the log: done, %d records", applied)
     return applied
 
 
