@@ -10,6 +10,8 @@ import numpy.typing as npt
 ARRAYS_FORMAT: int  # 3: the layout of to_arrays(); from_arrays refuses others (ValueError)
 FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
 
+class DamagedPostings(ValueError): ...  # a list found damaged on first use (never read)
+
 _Keys = npt.NDArray[np.uint64] | Sequence[int]
 
 class SearchIndex:

@@ -49,6 +49,7 @@ import numpy as np
 from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_worker_alive, cm_worker_free,
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
                                     garr_own, garr_reserve, mix64)
+from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
@@ -813,7 +814,7 @@ cdef class SearchIndex:
         cdef PList* L
         cdef int64_t bi
         if _list_ready(fp, li) < 0:
-            raise ValueError(f"damaged posting list {li} in field {f}")
+            raise DamagedPostings(f"damaged posting list {li} in field {f}")
         garr_reserve(&self._q_lists, self._q_lists.len + 1)
         L = <PList*>self._q_lists.data + self._q_lists.len
         _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)

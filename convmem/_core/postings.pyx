@@ -19,6 +19,12 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_g
 
 cnp.import_array()
 
+
+class DamagedPostings(ValueError):
+    """A posting list of a mapped snapshot failed its check when first used: it is never read.
+    (Its own type, so that callers tell this damage from a bad argument.)"""
+
+
 cdef uint32_t NO_DOC = 0xFFFFFFFF
 cdef uint64_t CX_CP = 0x1FFFFF          # a code point in a CJK key
 cdef uint64_t CX_LO = 0xFFFFFFFF
@@ -275,7 +281,7 @@ cdef int _seg_check_all(_Segment s) except -1:
                     bad = True
                     break
         if bad:
-            raise ValueError(f"damaged posting list {li} in field {f}")
+            raise DamagedPostings(f"damaged posting list {li} in field {f}")
     return 0
 
 

@@ -25,6 +25,12 @@ _U64 = (1 << 64) - 1
 _CP_MASK = 0x1FFFFF
 
 
+
+
+class DamagedPostings(ValueError):
+    """The compiled index's error for a posting list found damaged on first use (the twin
+    checks every list when it adopts arrays, so it never raises this itself)."""
+
 def _mix64(z: int) -> int:
     """splitmix64 finaliser: spreads structured keys (CJK bigrams) over the hash table."""
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._core import index as core_index
+
 if TYPE_CHECKING:
     from .store import MemoryStore
 
@@ -33,9 +35,9 @@ def once_more(method: Callable[..., _T]) -> Callable[..., _T]:
     return run
 
 
-def is_index_damage(exc: ValueError) -> bool:
+def is_index_damage(exc: BaseException) -> bool:
     """A posting list of a mapped snapshot that failed its check when first used."""
-    return "damaged posting list" in str(exc)
+    return isinstance(exc, core_index.DamagedPostings)
 
 
 class Applying:
@@ -63,7 +65,7 @@ class Applying:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         try:
             if exc is not None and self.durable:
-                if isinstance(exc, ValueError) and is_index_damage(exc):
+                if is_index_damage(exc):
                     self.store._index_damaged(exc)  # noqa: SLF001 (from the log alone)
                 else:
                     self.store._rebuild_state(self.why)  # noqa: SLF001

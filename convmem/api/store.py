@@ -290,7 +290,7 @@ class MemoryStore:
     def _snapshot_done(self, job: snapshots.SnapshotJob) -> None:
         exc = job.error
         same = job.catalog is self._catalog and job.log_id == self._log.log_id
-        if isinstance(exc, ValueError) and is_index_damage(exc):  # (met by the thread's merge)
+        if is_index_damage(exc):  # (met by the thread's merge)
             if same:
                 self._index_damaged(exc)  # a new state from the log, snapshotted there
             return
@@ -364,7 +364,7 @@ class MemoryStore:
             result = work(offset)
         except BaseException as exc:
             self._log.abort_append()
-            if isinstance(exc, ValueError) and is_index_damage(exc):
+            if is_index_damage(exc):
                 # Staging merged a damaged list of the mapped snapshot: nothing was written;
                 # the state is rebuilt from the log and the call runs again (guards.once_more).
                 self._index_damaged(exc)
