@@ -121,7 +121,14 @@ def _import_in_background(module: str) -> threading.Thread:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from convmem.tools import ToolCatalog, ToolsetError, parse_toolsets
+
     data_dir: Path = args.data_dir
+    try:
+        toolsets = parse_toolsets(args.toolsets)
+    except ToolsetError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    catalog = ToolCatalog.of(toolsets)
     tokens = None
     if args.transport == "http":
         from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
@@ -135,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
 
     if args.transport == "stdio" and not sys.stdin.isatty():
-        relayed = _relay_stdio(data_dir)
+        relayed = _relay_stdio(data_dir, toolsets)
         if relayed is not None:
             return relayed
     # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
@@ -163,11 +170,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             try:
-                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce)
+                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce, catalog)
             except OSError as exc:  # mostly: the port is taken or the address is not ours
                 _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
         else:
-            interrupted = _serve_stdio(store, __version__, data_dir)
+            interrupted = _serve_stdio(store, __version__, data_dir, catalog)
     finally:
         store.close()
     if interrupted:
@@ -179,16 +186,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _relay_stdio(data_dir: Path) -> int | None:
+def _relay_stdio(data_dir: Path, toolsets: tuple[str, ...]) -> int | None:
     """With another convmem process owning the store, relay this host's stdio to it as bytes
     (convmem/owner/relay.py: no MCP SDK, no store in this process); None when no process serves
     the store (this one then opens it)."""
     from convmem.owner.relay import Relay, connect_stream
 
-    sock = connect_stream(data_dir)
+    sock = connect_stream(data_dir, toolsets)
     if sock is None:
         return None
-    relay = Relay(data_dir, sock, __version__)
+    relay = Relay(data_dir, sock, __version__, toolsets=toolsets)
 
     terminated: list[int] = []
 
@@ -204,7 +211,7 @@ def _relay_stdio(data_dir: Path) -> int | None:
         return EXIT_OK if terminated else 130
 
 
-def _serve_stdio(store: Any, version: str, data_dir: Path) -> int:
+def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
     """Serve until stdin closes (returns 0) or SIGTERM/SIGINT (returns the signal's number)."""
     import anyio
 
@@ -233,7 +240,7 @@ def _serve_stdio(store: Any, version: str, data_dir: Path) -> int:
 
     def run() -> None:
         try:
-            anyio.run(serve_stdio, store, version)
+            anyio.run(serve_stdio, store, version, catalog)
         except BaseException as exc:  # re-raised in the main thread
             failure.append(exc)
 
@@ -694,6 +701,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", parents=[common], help="serve the MCP tools (stdio by default)")
     serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--toolsets", default=None, metavar="core,recall,admin|all",
+                       help="tool groups beyond the contract's seven tools (default: the seven, exactly)")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
     serve.add_argument("--port", type=_port, default=3001, help="HTTP port, 0 picks a free one (default: 3001)")
     serve.add_argument("--tokens-file", default=None, help="bearer tokens, one 'read TOKEN' or 'write TOKEN' per line")

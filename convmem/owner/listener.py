@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import INTERNAL_ERROR, VALIDATION_ERROR, ConvMemError
+from ..tools.toolsets import ALL_TOOL_NAMES, TOOLSET_NAMES, ToolCatalog
 from . import protocol
 
 log = logging.getLogger("convmem")
 
 MAX_PEERS = 256
 EXPORT_PAGE = 2000  # messages per export_next answer (each well under the frame limit)
-TOOLS = frozenset({"write_message", "update_message", "read_messages", "search_messages",
-                   "delete_message", "rebuild_index", "get_system_health"})
 
 
 class OwnerListener:
@@ -101,11 +100,16 @@ class OwnerListener:
                 if request is None:
                     return
                 if request.get("op") == "mcp_stream":
+                    catalog = _stream_catalog(request.get("args"))
                     try:
+                        if catalog is None:
+                            protocol.send(conn, {"id": request.get("id"), "error": {
+                                "code": VALIDATION_ERROR, "message": "unknown toolsets"}})
+                            return
                         protocol.send(conn, {"id": request.get("id"), "ok": True})
                     except (protocol.ProtocolError, OSError):
                         return
-                    self._stream(conn)
+                    self._stream(conn, catalog)
                     return
                 answer = self._run(request, exports)
                 try:
@@ -117,7 +121,7 @@ class OwnerListener:
                 self._peers.pop(conn, None)
             conn.close()
 
-    def _stream(self, conn: socket.socket) -> None:
+    def _stream(self, conn: socket.socket, catalog: ToolCatalog) -> None:
         """An MCP session for a relay (convmem/owner/relay.py) on this connection, in this thread's
         own event loop, until the relay shuts its side (or stop() does) and all is answered."""
         import anyio
@@ -127,7 +131,7 @@ class OwnerListener:
 
         conn.setblocking(False)
         try:
-            anyio.run(serve_stream, self.store, __version__, conn.fileno())
+            anyio.run(serve_stream, self.store, __version__, conn.fileno(), catalog)
         except Exception:
             log.debug("a relayed MCP session ended with an error", exc_info=True)
 
@@ -148,7 +152,7 @@ class OwnerListener:
     def _dispatch(self, op: Any, args: dict[str, Any],
                   exports: dict[int, Iterator[dict[str, Any]]]) -> Any:
         store = self.store
-        if op in TOOLS:
+        if op in ALL_TOOL_NAMES:
             return getattr(store, op)(**args)
         if op == "hello":
             return {"pid": os.getpid()}
@@ -210,3 +214,12 @@ class OwnerListener:
                 pass
         for _, thread in peers:
             thread.join(timeout=30)
+
+
+def _stream_catalog(args: Any) -> ToolCatalog | None:
+    """The tools an attached process's MCP session offers: its own --toolsets (args
+    {"toolsets": [...]}, none for the contract), or None when it names one this owner lacks."""
+    names = args.get("toolsets", []) if isinstance(args, dict) else []
+    if not isinstance(names, list) or not all(isinstance(n, str) and n in TOOLSET_NAMES for n in names):
+        return None
+    return ToolCatalog.of(n for n in TOOLSET_NAMES if n in names)

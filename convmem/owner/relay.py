@@ -41,6 +41,7 @@ from typing import Any
 import orjson
 
 from ..errors import BUSY, ConvMemError
+from ..tools.toolsets import ALL_READ_TOOL_NAMES, ToolCatalog
 from . import protocol
 
 log = logging.getLogger("convmem")
@@ -48,7 +49,6 @@ log = logging.getLogger("convmem")
 MAX_LINE_BYTES = 16 * 1024 * 1024  # convmem.server.limits.MAX_REQUEST_BODY (a test checks)
 MAX_ANSWER_BYTES = 32 * 1024 * 1024  # an answer is at most the 8 MiB budget, JSON-escaped
 MAX_PENDING = 64
-READ_TOOLS = frozenset({"read_messages", "search_messages", "get_system_health"})
 CONNECT_SECONDS = 30.0
 _CHUNK = 1 << 16
 _KEPT_PREFIX = 4096
@@ -58,7 +58,7 @@ IN_FLIGHT_WRITE = ("the process that owned the store ended during this call, whi
                    "have been applied; the store is served again: read before retrying")
 
 
-def connect_stream(directory: Path) -> socket.socket | None:
+def connect_stream(directory: Path, toolsets: tuple[str, ...] = ()) -> socket.socket | None:
     """A connection to the directory's owner switched to an MCP stream, or None when no process
     serves the store (or it is an older convmem without streams)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -66,7 +66,7 @@ def connect_stream(directory: Path) -> socket.socket | None:
         sock.settimeout(CONNECT_SECONDS)
         with protocol.socket_address(directory) as address:
             sock.connect(address)
-        protocol.send(sock, {"id": 1, "op": "mcp_stream", "args": {}})
+        protocol.send(sock, {"id": 1, "op": "mcp_stream", "args": {"toolsets": list(toolsets)}})
         answer = protocol.receive(sock)
         if answer is None or answer.get("ok") is not True:
             raise ConnectionError("the owner does not serve MCP streams")
@@ -106,9 +106,10 @@ class Relay:
     """Relays one host's stdio (fds `in_fd`, `out_fd`) to the owner's MCP stream `sock`."""
 
     def __init__(self, directory: Path, sock: socket.socket, version: str,
-                 in_fd: int = 0, out_fd: int = 1) -> None:
+                 in_fd: int = 0, out_fd: int = 1, toolsets: tuple[str, ...] = ()) -> None:
         self.directory = directory
         self.version = version
+        self.toolsets = toolsets  # this host's --toolsets: the owner serves it these tools
         self.in_fd, self.out_fd = in_fd, out_fd
         self.sock: socket.socket | None = None
         self._use(sock)
@@ -192,7 +193,7 @@ class Relay:
                 if method == "tools/call":
                     params = message.get("params")
                     name = params.get("name") if isinstance(params, dict) else None
-                    write = name not in READ_TOOLS
+                    write = name not in ALL_READ_TOOL_NAMES
                 elif method == "initialize":
                     self.init_line, self.init_key = line, key
                 self.pending[key] = _Pending(rid, line, write)
@@ -313,7 +314,7 @@ class Relay:
     def _attach(self) -> socket.socket:
         deadline = time.monotonic() + 60.0
         while True:
-            sock = connect_stream(self.directory)
+            sock = connect_stream(self.directory, self.toolsets)
             if sock is not None:
                 return sock
             from .shared import SharedStore  # the store and the SDK: only now
@@ -337,7 +338,8 @@ class Relay:
 
         def run() -> None:
             try:
-                anyio.run(serve_stream, store.local_store, self.version, theirs.fileno())
+                anyio.run(serve_stream, store.local_store, self.version, theirs.fileno(),
+                          ToolCatalog.of(self.toolsets))
             except Exception:
                 log.exception("the MCP session ended unexpectedly")
             finally:

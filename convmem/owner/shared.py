@@ -27,13 +27,14 @@ from typing import Any
 
 from ..errors import BUSY, ConvMemError
 from ..store.lock import SHARED_NOTE, holder
+from ..tools.toolsets import ALL_READ_TOOL_NAMES, ALL_TOOL_NAMES
 from . import protocol
 from .listener import EXPORT_PAGE, OwnerListener
 
 log = logging.getLogger("convmem")
 
 ATTACH_SECONDS = 60.0  # how long to wait for an owner that is opening (recovering) the store
-READ_OPS = frozenset({"read_messages", "search_messages", "get_system_health", "hello"})
+READ_OPS = ALL_READ_TOOL_NAMES | {"hello"}
 IMPORT_BATCH_BYTES = 8 * 1024 * 1024  # a relayed import batch stays well under the frame limit
 
 
@@ -202,6 +203,12 @@ class SharedStore:
 
     def get_system_health(self, **kwargs: Any) -> dict[str, Any]:
         return self._call("get_system_health", kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        """The tools of the optional toolsets (tools/toolsets.py), relayed like the seven."""
+        if name in ALL_TOOL_NAMES:
+            return lambda **kwargs: self._call(name, kwargs)
+        raise AttributeError(name)
 
     def checkpoint(self) -> None:
         self._call("checkpoint", {})

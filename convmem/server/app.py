@@ -34,7 +34,7 @@ from mcp.types.methods import serialize_server_result
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from convmem.errors import INTERNAL_ERROR, VALIDATION_ERROR
-from convmem.tools import READ_TOOL_NAMES, TOOL_SPECS, TOOLS_BY_NAME, ToolOutcome, error_outcome, run_tool
+from convmem.tools import CONTRACT, ToolCatalog, ToolOutcome, ToolSpec, error_outcome, run_tool
 
 from .tokens import WRITE_SCOPE
 
@@ -46,8 +46,8 @@ INSTRUCTIONS = (
     "page through a session or the session list with read_messages. Every result is a JSON text."
 )
 
-_TOOLS = [
-    types.Tool(
+def _tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.input_schema,
@@ -56,8 +56,6 @@ _TOOLS = [
             destructive_hint=spec.destructive if spec.writes else None,
         ),
     )
-    for spec in TOOL_SPECS
-]
 
 
 def _may_write(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -145,8 +143,9 @@ class ToolCalls:
     """Runs tool calls on the store: cheap reads on the event loop while no call is in a worker
     thread, everything else in worker threads (see the module docstring)."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: Any, catalog: ToolCatalog = CONTRACT) -> None:
         self._store = store
+        self._catalog = catalog
         self._threaded = 0  # calls handed to worker threads and not finished yet
 
     def _owns_store(self) -> bool:
@@ -157,14 +156,15 @@ class ToolCalls:
     async def run(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
         """The outcome of one tools/call; never raises (failures become INTERNAL_ERROR)."""
         try:
-            if name in TOOLS_BY_NAME and name not in READ_TOOL_NAMES and not _may_write(ctx):
+            catalog = self._catalog
+            read_only = name in catalog.read_names
+            if name in catalog.by_name and not read_only and not _may_write(ctx):
                 return error_outcome(VALIDATION_ERROR, f"{name} needs a write token; this token may only read")
-            if (name in READ_TOOL_NAMES and not self._threaded and self._owns_store()
-                    and cheap_read(name, arguments)):
-                return run_tool(self._store, name, arguments)
+            if read_only and not self._threaded and self._owns_store() and cheap_read(name, arguments):
+                return run_tool(self._store, name, arguments, catalog)
             self._threaded += 1
             try:
-                return await anyio.to_thread.run_sync(run_tool, self._store, name, arguments)
+                return await anyio.to_thread.run_sync(run_tool, self._store, name, arguments, catalog)
             finally:
                 self._threaded -= 1
         except Exception:
@@ -188,14 +188,15 @@ class ToolCalls:
         return await call_next(ctx)
 
 
-def build_server(store: Any, version: str) -> Server[Any]:
-    """A low-level MCP server whose seven tools call `store` (a MemoryStore)."""
-    calls = ToolCalls(store)
+def build_server(store: Any, version: str, catalog: ToolCatalog = CONTRACT) -> Server[Any]:
+    """A low-level MCP server whose tools (the contract's seven unless `catalog` has toolsets)
+    call `store` (a MemoryStore)."""
+    calls = ToolCalls(store, catalog)
+    tools = [_tool(spec) for spec in catalog.specs]
+    read_tools = [tool for tool in tools if tool.name in catalog.read_names]
 
     async def list_tools(ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        if _may_write(ctx):
-            return types.ListToolsResult(tools=_TOOLS)
-        return types.ListToolsResult(tools=[tool for tool in _TOOLS if tool.name in READ_TOOL_NAMES])
+        return types.ListToolsResult(tools=tools if _may_write(ctx) else read_tools)
 
     async def call_tool(ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> types.CallToolResult:
         return _result(await calls.run(ctx, params.name, params.arguments))
@@ -205,7 +206,7 @@ def build_server(store: Any, version: str) -> Server[Any]:
         version=version,
         instructions=INSTRUCTIONS,
         # Lets the SDK check Mcp-Param headers without running tools/list for every HTTP call.
-        get_tool_input_schema=lambda name: TOOLS_BY_NAME[name].input_schema if name in TOOLS_BY_NAME else None,
+        get_tool_input_schema=lambda name: catalog.by_name[name].input_schema if name in catalog.by_name else None,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )

@@ -32,6 +32,8 @@ from starlette.middleware import Middleware
 from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from convmem.tools import CONTRACT, ToolCatalog
+
 from .app import build_server
 from .limits import MAX_REQUEST_BODY
 from .tokens import StaticTokenVerifier, Token
@@ -525,11 +527,12 @@ def check_bind(host: str, tokens: list[Token] | None) -> None:
         )
 
 
-def build_http_app(store: Any, version: str, host: str, port: int, tokens: list[Token] | None) -> Any:
+def build_http_app(store: Any, version: str, host: str, port: int, tokens: list[Token] | None,
+                   catalog: ToolCatalog = CONTRACT) -> Any:
     """The ASGI app: the SDK's Starlette app with SessionGuard inside its bearer authentication,
     wrapped in BodyBudget."""
     check_bind(host, tokens)
-    server = build_server(store, version)
+    server = build_server(store, version, catalog)
     auth: dict[str, Any] = {}
     if tokens:
         auth = {
@@ -614,13 +617,14 @@ def serve_http(
     tokens: list[Token] | None,
     log_level: str,
     announce: Callable[[str], None],
+    catalog: ToolCatalog = CONTRACT,
 ) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn's graceful shutdown, bounded). `announce` receives the URL."""
     check_bind(host, tokens)
     rate_limit_client_triggered_logs()
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
-    app = build_http_app(store, version, host, actual_port, tokens)
+    app = build_http_app(store, version, host, actual_port, tokens, catalog)
     guard = ConnectionGuard(connection_cap(), HEADER_TIMEOUT, BODY_TIMEOUT, WRITE_STALL_TIMEOUT, IDLE_TIMEOUT)
     # log_config=None: uvicorn's own config would send access logs to stdout.
     config = uvicorn.Config(

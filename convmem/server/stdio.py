@@ -37,6 +37,8 @@ from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
 
+from convmem.tools import CONTRACT, ToolCatalog
+
 from .app import build_server
 from .limits import MAX_REQUEST_BODY
 
@@ -639,10 +641,10 @@ class _ClaimedStdio:
         os.close(self.out_fd)
 
 
-async def serve_stdio(store: Any, version: str) -> None:
+async def serve_stdio(store: Any, version: str, catalog: ToolCatalog = CONTRACT) -> None:
     """Serve until stdin closes and every request read is answered. While serving, fd 1 points
     at stderr, so stray output from any library cannot corrupt the JSON-RPC stream."""
-    server = build_server(store, version)
+    server = build_server(store, version, catalog)
     options = server.create_initialization_options()
     on_loop = loop_pipes_usable()
     reader, writer = (PipeReadStream, PipeWriteStream) if on_loop else (ThreadReadStream, ThreadWriteStream)
@@ -653,11 +655,12 @@ async def serve_stdio(store: Any, version: str) -> None:
         await server.run(read_stream, write_stream, options)
 
 
-async def serve_stream(store: Any, version: str, fd: int) -> None:
+async def serve_stream(store: Any, version: str, fd: int, catalog: ToolCatalog = CONTRACT) -> None:
     """One MCP session over a stream socket `fd` (non-blocking): what the store's owner runs for
     each relay attached to it (convmem/owner/relay.py). The same server, line streams and bounds
-    as stdio; the session ends once the peer has shut its side and every request is answered."""
-    server = build_server(store, version)
+    as stdio; the session ends once the peer has shut its side and every request is answered.
+    `catalog` is the attached process's own (its --toolsets), not the owner's."""
+    server = build_server(store, version, catalog)
     options = server.create_initialization_options()
     flow = StdioFlow()
     write_stream = PipeWriteStream(fd, flow=flow)

@@ -16,7 +16,8 @@ import orjson
 
 from convmem.errors import INTERNAL_ERROR, VALIDATION_ERROR, ConvMemError
 
-from .schemas import TOOLS_BY_NAME, ToolSpec
+from .schemas import ToolSpec
+from .toolsets import CONTRACT, ToolCatalog
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +73,12 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict
     return dict(arguments)
 
 
-def run_tool(store: Any, name: str, arguments: Mapping[str, Any] | None) -> ToolOutcome:
-    """Call the MemoryStore method for tool `name` and encode what it returns or raises."""
+def run_tool(store: Any, name: str, arguments: Mapping[str, Any] | None,
+             catalog: ToolCatalog = CONTRACT) -> ToolOutcome:
+    """Call the MemoryStore method for tool `name` of `catalog` and encode what it returns or
+    raises. A tool (or an argument) of a toolset the catalog does not have is unknown."""
     try:
-        spec = TOOLS_BY_NAME.get(name)
+        spec = catalog.by_name.get(name)
         if spec is None:
             return error_outcome(VALIDATION_ERROR, "unknown tool")
         kwargs = check_arguments(spec, arguments)

@@ -1,0 +1,96 @@
+"""`--toolsets`: with no option the server is the contract exactly (the seven tools, today's input
+schemas); naming toolsets adds groups. An attached process gets its own toolsets from the owner."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from e2e_helpers import PACKAGE_ROOT, RawStdioServer, run_cli
+
+from convmem.owner.listener import _stream_catalog
+from convmem.tools import CONTRACT, TOOL_SPECS, ToolCatalog, ToolsetError, parse_toolsets
+from convmem.tools.toolsets import EVERY_TOOL, TOOLSET_NAMES
+
+GOLDEN = PACKAGE_ROOT / "tests" / "fixtures" / "contract_tool_schemas.json"
+
+
+def listing(server: RawStdioServer) -> list[dict]:
+    response = server.request("tools/list", {})
+    return response["result"]["tools"]
+
+
+def start(data: Path, *args: str) -> RawStdioServer:
+    server = RawStdioServer(data, *args)
+    server.initialize()
+    return server
+
+
+def test_parse_toolsets() -> None:
+    assert parse_toolsets(None) == ()
+    assert parse_toolsets("all") == TOOLSET_NAMES
+    assert parse_toolsets("core") == ("core",)
+    assert parse_toolsets("admin, recall") == ("core", "recall", "admin")  # core implied, fixed order
+    assert parse_toolsets("admin,admin") == ("core", "admin")
+    for bad in ("", " , ", "bogus", "core,all", "recall,x"):
+        try:
+            parse_toolsets(bad)
+        except ToolsetError as exc:
+            assert "toolset" in str(exc)
+        else:
+            raise AssertionError(f"{bad!r} was accepted")
+
+
+def test_the_contract_catalog_is_todays_seven_tools() -> None:
+    golden = json.loads(GOLDEN.read_text())
+    assert [s.name for s in CONTRACT.specs] == [g["name"] for g in golden]
+    for spec, g in zip(CONTRACT.specs, golden):
+        assert spec.input_schema == g["inputSchema"], spec.name
+        assert (spec.writes, spec.destructive) == (g["writes"], g["destructive"]), spec.name
+    assert CONTRACT.specs == TOOL_SPECS
+    every = [s.name for s in EVERY_TOOL.specs]
+    assert every[:7] == [g["name"] for g in golden]  # the seven first, in the contract's order
+    assert len(every) == len(set(every))
+
+
+def test_no_option_lists_the_contract_and_all_adds_the_toolsets(tmp_path: Path) -> None:
+    golden = json.loads(GOLDEN.read_text())
+    plain = start(tmp_path / "a")
+    try:
+        tools = listing(plain)
+        assert [t["name"] for t in tools] == [g["name"] for g in golden]
+        assert [t["inputSchema"] for t in tools] == [g["inputSchema"] for g in golden]
+    finally:
+        assert plain.close() == 0
+    full = start(tmp_path / "b", "--toolsets", "all")
+    try:
+        assert [t["name"] for t in listing(full)] == [s.name for s in EVERY_TOOL.specs]
+    finally:
+        assert full.close() == 0
+
+
+def test_an_attached_process_gets_its_own_toolsets(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    owner = start(data)  # the contract
+    attached = start(data, "--toolsets", "all")
+    try:
+        assert [t["name"] for t in listing(attached)] == [s.name for s in EVERY_TOOL.specs]
+        assert [t["name"] for t in listing(owner)] == [s.name for s in TOOL_SPECS]
+    finally:
+        assert attached.close() == 0
+        assert owner.close() == 0
+
+
+def test_the_owner_builds_an_attached_sessions_catalog_from_its_request() -> None:
+    assert _stream_catalog({}) == CONTRACT
+    assert _stream_catalog(None) == CONTRACT
+    assert _stream_catalog({"toolsets": list(TOOLSET_NAMES)}) == EVERY_TOOL
+    assert _stream_catalog({"toolsets": ["core"]}) == ToolCatalog.of(("core",))
+    assert _stream_catalog({"toolsets": ["nope"]}) is None
+    assert _stream_catalog({"toolsets": "core"}) is None
+
+
+def test_an_unknown_toolset_is_a_usage_error(tmp_path: Path) -> None:
+    done = run_cli("serve", "--data-dir", str(tmp_path / "d"), "--toolsets", "bogus")
+    assert done.returncode == 2
+    assert b"unknown toolset 'bogus'" in done.stderr
+    assert not (tmp_path / "d").exists()  # refused before anything was created
