@@ -29,10 +29,11 @@ from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KI
                    R_REVISION, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
                    FieldKeys, Prepared, Record, doc_flags, field_keys, prepare, tag_hashes,
                    tag_keys)
+from .recall_keys import RecallKeys
 from .relations import RelationIndex
 from .sessions import Session, SessionIndex
 
-STATE_VERSION = 3  # of the snapshot sections written here; a snapshot of another is re-derived
+STATE_VERSION = 4  # of the snapshot sections written here; a snapshot of another is re-derived
 
 ReadRecord = Callable[[int, int], Record]  # (log offset, frame length) -> decoded record
 OptionalKeys = FieldKeys | tuple[None, None, None]
@@ -56,6 +57,7 @@ class Catalog:
         self.doc_flags = Column("u1")
         self.sessions = SessionIndex(self.ids.key)
         self.relations = RelationIndex()
+        self.recall = RecallKeys()  # duplicate keys, tags, facets (the recall tools)
         self.index = core_index.SearchIndex()
         # Where the state stands in the log, and health's counters.
         self.last_seq = base_sequence
@@ -159,6 +161,7 @@ class Catalog:
     def commit_new(self, rec: Record, doc: int, frame_len: int) -> int:
         ulid, ts = rec[R_ULID], rec[R_TIMESTAMP]
         slot = self.ids.add(ulid)
+        self.recall.add(slot, rec)
         num = self.sessions.number(rec[R_SESSION_ID])
         self.slot_doc.append(doc)
         self.slot_session.append(num)
@@ -184,6 +187,7 @@ class Catalog:
         else:
             self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
         self.slot_doc.writable()[slot] = doc
+        self.recall.replace(slot, rec, old_doc >= 0)
         if old_doc >= 0 and (rec[R_RELATIONS] or self.doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
             self.relations.set(slot, rec[R_RELATIONS])
         elif old_doc < 0:
@@ -226,6 +230,7 @@ class Catalog:
         the caller has them)."""
         self.index.remove(doc, *(keys or self.index_keys(doc)))
         self.live_bytes -= int(self.doc_len.data[doc])
+        self.recall.retire(slot)
         self.sessions.remove(int(self.slot_session.data[slot]), int(self.slot_ts.data[slot]),
                              slot, self.ulid_of(slot), int(self.doc_kind.data[doc]))
         if self.doc_flags.data[doc] & FLAG_HAS_RELATIONS:
@@ -269,6 +274,7 @@ class Catalog:
                           token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
                           rec[R_TIER], rec[R_IMPORTANCE], ts, ulid)
                 slot = ids.add(ulid)
+                self.recall.add(slot, rec)
                 if s is None:
                     sessions.number(rec[R_SESSION_ID])
                 sessions.insert(num, ts, slot, ulid, kind)
@@ -332,6 +338,7 @@ class Catalog:
             "deleted_messages": self.deleted_messages,
             "live_bytes": self.live_bytes,
         }
+        meta["recall_tagsets"], recall_arrays = self.recall.sections()
         arrays = {
             "slot_ulid": self.ids.keys_array(),
             "id_table": self.ids.table_array(),
@@ -345,6 +352,7 @@ class Catalog:
             "doc_flags": self.doc_flags.view().copy(),
             **_history_arrays(sessions),
             **self.relations.arrays(),
+            **recall_arrays,
         }
         return meta, arrays
 
@@ -379,6 +387,7 @@ class Catalog:
                           arrays["hist_slots"], arrays["kind_counts"])
         cat.relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
                                                   arrays["rel_target"])
+        cat.recall = RecallKeys.from_sections(meta["recall_tagsets"], arrays, cat.slot_doc.view())
         cat.index = core_index.SearchIndex.from_arrays(
             {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})
         cat.last_seq = int(meta["last_seq"])
@@ -411,6 +420,7 @@ class Catalog:
         for i, s in enumerate(sessions):
             session_map[s.num] = i
         meta = _versions_meta(sessions)
+        meta["recall_tagsets"], recall_arrays = self.recall.sections(live_slots)
         arrays = {
             "slot_ulid": self.ids.keys_array()[live_slots],
             "slot_doc": new_docs.astype(np.int32),
@@ -423,6 +433,7 @@ class Catalog:
             "doc_flags": flags,
             **_history_arrays(sessions, slot_map),
             **self.relations.arrays(slot_map),
+            **recall_arrays,
         }
         new_index.merge_segments()
         for name, arr in new_index.to_arrays().items():
@@ -443,7 +454,7 @@ class Catalog:
         return {
             "store_entries_bytes": entries,
             "body_bytes": 0,
-            "metadata_bytes": ix.get("doc_columns", 0),
+            "metadata_bytes": ix.get("doc_columns", 0) + self.recall.nbytes(),
             "search_index_bytes": ix.get("postings", 0) + ix.get("terms", 0) + ix.get("scratch", 0),
             "history_index_bytes": self.sessions.nbytes(),
             "relation_index_bytes": self.relations.nbytes(),

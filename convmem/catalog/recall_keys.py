@@ -1,0 +1,223 @@
+"""What the recall tools need per message, kept as the catalog changes: duplicate keys, tags and
+the facets of long-term memory, so that `remember`, `list_tags` and `start_session` never scan
+the store or read the log to answer.
+
+Per message ("slot"), for its current version (kept, not cleared, when the message is deleted,
+so a version made current again finds its values in place):
+- `content_key`: a 64-bit hash of (session id, normalized content). "The same memory in the same
+  session": remember() looks its key up and compares the candidates' records exactly, so a hash
+  collision never makes a duplicate.
+- `gist_key`: a 64-bit hash of (normalized summary, the set of normalized tags), 0 without a
+  summary. "The same summary and tags", in any session.
+- `tagset`: the number of the message's tag list (tag lists are interned: stores repeat a few).
+- `facet`: kind * len(TIERS) + tier; `importance`.
+
+Normalization (`normalize`): NFKC, case folding (tokenizer.normalize), then every run of
+whitespace (str.split's) made one space, leading and trailing whitespace dropped.
+
+Derived, never saved: the live message count of each tag (kept on every change: commit, retire;
+rebuilt from the columns at load) and the key lookups (sorted copies of a key column, built when
+first asked for, plus the keys set since in a small dict; rebuilt once that has grown).
+"""
+from __future__ import annotations
+
+import hashlib
+import sys
+
+import numpy as np
+
+from .._core import tokenizer
+from ..domain import KINDS, TIERS
+from .columns import Column
+from .docs import R_CONTENT, R_IMPORTANCE, R_KIND, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, Record
+
+N_TIERS = len(TIERS)
+N_FACETS = len(KINDS) * N_TIERS
+_sizeof = sys.getsizeof
+SECTION_PREFIX = "rk."
+_COLUMNS = ("content_key", "gist_key", "tagset", "facet", "importance")
+
+
+def normalize(text: str) -> str:
+    """NFKC, case-folded, whitespace collapsed (the module docstring)."""
+    return " ".join(tokenizer.normalize(text).split())
+
+
+def _hash(data: bytes) -> int:
+    key = int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "little")
+    return key or 1  # 0 means "no key"
+
+
+def content_key(session_id: str, content: str) -> int:
+    return _hash(b"c" + session_id.encode("utf-8") + b"\0" + normalize(content).encode("utf-8"))
+
+
+def gist_key(summary: str | None, tags: list[str]) -> int:
+    if not summary:
+        return 0
+    norm_tags = sorted({normalize(t) for t in tags})
+    return _hash(b"g" + normalize(summary).encode("utf-8") + b"\0"
+                 + "\0".join(norm_tags).encode("utf-8"))
+
+
+class KeyLookup:
+    """Slots by key for one key column: a sorted copy (built when first asked for) and the keys
+    set since (a dict). Entries may be stale (the slot's key changed since): callers get only
+    slots whose column still holds the key."""
+
+    __slots__ = ("_column", "_keys", "_slots", "_delta")
+
+    def __init__(self, column: Column) -> None:
+        self._column = column
+        self._keys: np.ndarray | None = None
+        self._slots: np.ndarray | None = None
+        self._delta: dict[int, list[int]] = {}
+
+    def reset(self, column: Column) -> None:
+        self._column = column
+        self._keys = self._slots = None
+        self._delta = {}
+
+    def note(self, key: int, slot: int) -> None:
+        if self._keys is None or not key:
+            return  # (built from the column when asked for)
+        self._delta.setdefault(key, []).append(slot)
+        if len(self._delta) > max(4096, len(self._keys) // 16):
+            self._keys = self._slots = None  # (cheaper to sort again than to keep a big dict)
+
+    def slots_of(self, key: int) -> list[int]:
+        col = self._column.view()
+        if self._keys is None:
+            order = np.argsort(col, kind="stable")
+            self._keys, self._slots = col[order], order.astype(np.int32)
+            self._delta = {}
+        k = np.uint64(key)
+        lo = int(np.searchsorted(self._keys, k, side="left"))
+        hi = int(np.searchsorted(self._keys, k, side="right"))
+        found = self._slots[lo:hi].tolist() + self._delta.get(key, [])
+        return [s for s in dict.fromkeys(found) if int(col[s]) == key]
+
+    def nbytes(self) -> int:
+        arrays = 0 if self._keys is None else self._keys.nbytes + self._slots.nbytes  # type: ignore[union-attr]
+        return arrays + _sizeof(self._delta) + sum(_sizeof(v) + 8 * len(v) for v in self._delta.values())
+
+
+class RecallKeys:
+    """The per-message columns and derived counts above (the catalog owns one)."""
+
+    def __init__(self) -> None:
+        self.content_key = Column("u8")
+        self.gist_key = Column("u8")
+        self.tagset = Column("u4")
+        self.facet = Column("u1")
+        self.importance = Column("u1")
+        self.tagsets: list[tuple[str, ...]] = [()]
+        self._tagset_ids: dict[tuple[str, ...], int] = {(): 0}
+        self.tag_counts: dict[str, int] = {}
+        self.by_content = KeyLookup(self.content_key)
+        self.by_gist = KeyLookup(self.gist_key)
+
+    # -- changes ---------------------------------------------------------------------------
+    def _tagset_id(self, tags: list[str]) -> int:
+        key = tuple(tags)
+        i = self._tagset_ids.get(key)
+        if i is None:
+            i = self._tagset_ids[key] = len(self.tagsets)
+            self.tagsets.append(key)
+        return i
+
+    def _count(self, tagset: int, delta: int) -> None:
+        counts = self.tag_counts
+        for tag in dict.fromkeys(self.tagsets[tagset]):
+            n = counts.get(tag, 0) + delta
+            if n:
+                counts[tag] = n
+            else:
+                del counts[tag]
+
+    def _values(self, rec: Record) -> tuple[int, int, int, int, int]:
+        return (content_key(rec[R_SESSION_ID], rec[R_CONTENT]), gist_key(rec[R_SUMMARY], rec[R_TAGS]),
+                self._tagset_id(rec[R_TAGS]), rec[R_KIND] * N_TIERS + rec[R_TIER], rec[R_IMPORTANCE])
+
+    def add(self, slot: int, rec: Record) -> None:
+        """A new message, in slot order (its slot is the next one)."""
+        ck, gk, ts, facet, imp = self._values(rec)
+        self.content_key.append(ck)
+        self.gist_key.append(gk)
+        self.tagset.append(ts)
+        self.facet.append(facet)
+        self.importance.append(imp)
+        self._count(ts, 1)
+        self.by_content.note(ck, slot)
+        self.by_gist.note(gk, slot)
+
+    def replace(self, slot: int, rec: Record, was_live: bool) -> None:
+        """A new current version of the message in `slot` (which was deleted unless `was_live`)."""
+        if was_live:
+            self._count(int(self.tagset.data[slot]), -1)
+        ck, gk, ts, facet, imp = self._values(rec)
+        if int(self.content_key.data[slot]) != ck:
+            self.content_key.writable()[slot] = ck
+            self.by_content.note(ck, slot)
+        if int(self.gist_key.data[slot]) != gk:
+            self.gist_key.writable()[slot] = gk
+            self.by_gist.note(gk, slot)
+        self.tagset.writable()[slot] = ts
+        self.facet.writable()[slot] = facet
+        self.importance.writable()[slot] = imp
+        self._count(ts, 1)
+
+    def retire(self, slot: int) -> None:
+        """The message in `slot` is no longer live (its values stay, see the module docstring)."""
+        self._count(int(self.tagset.data[slot]), -1)
+
+    # -- snapshot --------------------------------------------------------------------------
+    def sections(self, slots: np.ndarray | None = None) -> tuple[list[list[str]], dict[str, np.ndarray]]:
+        """(the tag lists for the meta, the columns as sections); `slots`: keep only these,
+        renumbered in order (rebuild_index)."""
+        arrays = {}
+        for name in _COLUMNS:
+            col = getattr(self, name).view()
+            arrays[SECTION_PREFIX + name] = col.copy() if slots is None else col[slots]
+        if slots is None:
+            return [list(t) for t in self.tagsets], arrays
+        # Compaction keeps only the tag lists of the messages kept (the others' tags leave the
+        # files with their messages), renumbered.
+        used, renumbered = np.unique(arrays[SECTION_PREFIX + "tagset"], return_inverse=True)
+        if not len(used) or used[0] != 0:
+            used = np.concatenate([[0], used]).astype(used.dtype)
+            renumbered = renumbered + 1
+        arrays[SECTION_PREFIX + "tagset"] = renumbered.astype(np.uint32)
+        return [list(self.tagsets[int(i)]) for i in used], arrays
+
+    @classmethod
+    def from_sections(cls, tagsets: list[list[str]], arrays: dict[str, np.ndarray],
+                      slot_doc: np.ndarray) -> "RecallKeys":
+        """Adopt saved columns (checked against the message count) and derive the counts."""
+        rk = cls()
+        n = len(slot_doc)
+        for name in _COLUMNS:
+            arr = arrays[SECTION_PREFIX + name]
+            if len(arr) != n:
+                raise ValueError(f"section {SECTION_PREFIX + name} has {len(arr)} entries for {n} messages")
+            setattr(rk, name, Column.from_array(arr))
+        rk.by_content.reset(rk.content_key)
+        rk.by_gist.reset(rk.gist_key)
+        rk.tagsets = [tuple(t) for t in tagsets] or [()]
+        rk._tagset_ids = {t: i for i, t in enumerate(rk.tagsets)}
+        ids = rk.tagset.view()
+        if n and int(ids.max()) >= len(rk.tagsets):
+            raise ValueError("section rk.tagset names a tag list the snapshot does not hold")
+        counts = np.bincount(ids[slot_doc >= 0], minlength=len(rk.tagsets))
+        for i in np.flatnonzero(counts).tolist():
+            rk._count(i, int(counts[i]))
+        return rk
+
+    # -- memory ----------------------------------------------------------------------------
+    def nbytes(self) -> int:
+        cols = sum(getattr(self, name).nbytes for name in _COLUMNS)
+        strings = {s for t in self.tagsets for s in t} | set(self.tag_counts)
+        interned = (_sizeof(self.tagsets) + _sizeof(self._tagset_ids)
+                    + sum(_sizeof(t) for t in self.tagsets) + sum(_sizeof(s) for s in strings)
+                    + _sizeof(self.tag_counts))
+        return cols + interned + self.by_content.nbytes() + self.by_gist.nbytes()
