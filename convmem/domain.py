@@ -56,3 +56,12 @@ MAX_TIMESTAMP_MS = (1 << 48) - 1  # timestamps: 48 bits, as in a ULID
 MAX_MESSAGES = (1 << 31) - 2
 MAX_VERSIONS = (1 << 31) - 2
 MAX_REVISION = (1 << 32) - 1
+
+# -- the recall toolset (recall, start_session, list_tags, remember) ------------------------------
+# Token budgets are estimates (api/budget.py); 500k tokens stay far inside the response budget.
+BUDGET_TOKENS = (1, 500_000, 4000)
+RECALL_LIMIT = (1, 50, 10)  # search hits a recall bundle starts from
+RECALL_NEIGHBOURS = (0, 3, 1)  # messages before and after each hit, in its session
+RECALL_RELATION_DEPTH = (0, 1, 1)
+LIST_TAGS_LIMIT = (1, 1000, 100)
+NEAR_DUPLICATE_SIMILARITY = 0.5  # token-set Jaccard at or above which a hit is a near-duplicate

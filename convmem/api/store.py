@@ -42,6 +42,7 @@ from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from . import bulk, snapshots, views
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
+from .recall import RecallTools
 from .records import RecordReader, message, metadata_of, new_record
 
 log = logging.getLogger("convmem")
@@ -54,8 +55,9 @@ SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the in
 _T = TypeVar("_T")
 
 
-class MemoryStore:
-    """A conversation-memory store in one data directory (see docs/DESIGN.md)."""
+class MemoryStore(RecallTools):
+    """A conversation-memory store in one data directory (see docs/DESIGN.md); the recall
+    toolset's methods are RecallTools's (api/recall.py)."""
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod

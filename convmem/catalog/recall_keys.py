@@ -33,6 +33,10 @@ from .docs import R_CONTENT, R_IMPORTANCE, R_KIND, R_SESSION_ID, R_SUMMARY, R_TA
 
 N_TIERS = len(TIERS)
 N_FACETS = len(KINDS) * N_TIERS
+LONG_TERM = np.zeros(256, dtype=bool)  # by facet: kind preference or semantic, or tier long; not discard
+for _f in range(N_FACETS):
+    _kind, _tier = KINDS[_f // N_TIERS], TIERS[_f % N_TIERS]
+    LONG_TERM[_f] = (_kind in ("preference", "semantic") or _tier == "long") and _tier != "discard"
 _sizeof = sys.getsizeof
 SECTION_PREFIX = "rk."
 _COLUMNS = ("content_key", "gist_key", "tagset", "facet", "importance")
@@ -114,6 +118,8 @@ class RecallKeys:
         self.tagsets: list[tuple[str, ...]] = [()]
         self._tagset_ids: dict[tuple[str, ...], int] = {(): 0}
         self.tag_counts: dict[str, int] = {}
+        self.facet_counts = np.zeros(N_FACETS, dtype=np.int64)  # live messages by facet
+        self._sorted_tags: list[str] | None = None  # tag_counts' keys, sorted (cached)
         self.by_content = KeyLookup(self.content_key)
         self.by_gist = KeyLookup(self.gist_key)
 
@@ -131,9 +137,18 @@ class RecallKeys:
         for tag in dict.fromkeys(self.tagsets[tagset]):
             n = counts.get(tag, 0) + delta
             if n:
+                if tag not in counts:
+                    self._sorted_tags = None
                 counts[tag] = n
             else:
                 del counts[tag]
+                self._sorted_tags = None
+
+    def sorted_tags(self) -> list[str]:
+        """The tags of live messages in code point order (list_tags pages through it)."""
+        if self._sorted_tags is None:
+            self._sorted_tags = sorted(self.tag_counts)
+        return self._sorted_tags
 
     def _values(self, rec: Record) -> tuple[int, int, int, int, int]:
         return (content_key(rec[R_SESSION_ID], rec[R_CONTENT]), gist_key(rec[R_SUMMARY], rec[R_TAGS]),
@@ -148,6 +163,7 @@ class RecallKeys:
         self.facet.append(facet)
         self.importance.append(imp)
         self._count(ts, 1)
+        self.facet_counts[facet] += 1
         self.by_content.note(ck, slot)
         self.by_gist.note(gk, slot)
 
@@ -155,6 +171,7 @@ class RecallKeys:
         """A new current version of the message in `slot` (which was deleted unless `was_live`)."""
         if was_live:
             self._count(int(self.tagset.data[slot]), -1)
+            self.facet_counts[int(self.facet.data[slot])] -= 1
         ck, gk, ts, facet, imp = self._values(rec)
         if int(self.content_key.data[slot]) != ck:
             self.content_key.writable()[slot] = ck
@@ -166,10 +183,12 @@ class RecallKeys:
         self.facet.writable()[slot] = facet
         self.importance.writable()[slot] = imp
         self._count(ts, 1)
+        self.facet_counts[facet] += 1
 
     def retire(self, slot: int) -> None:
         """The message in `slot` is no longer live (its values stay, see the module docstring)."""
         self._count(int(self.tagset.data[slot]), -1)
+        self.facet_counts[int(self.facet.data[slot])] -= 1
 
     # -- snapshot --------------------------------------------------------------------------
     def sections(self, slots: np.ndarray | None = None) -> tuple[list[list[str]], dict[str, np.ndarray]]:
@@ -208,10 +227,34 @@ class RecallKeys:
         ids = rk.tagset.view()
         if n and int(ids.max()) >= len(rk.tagsets):
             raise ValueError("section rk.tagset names a tag list the snapshot does not hold")
-        counts = np.bincount(ids[slot_doc >= 0], minlength=len(rk.tagsets))
+        live = slot_doc >= 0
+        counts = np.bincount(ids[live], minlength=len(rk.tagsets))
         for i in np.flatnonzero(counts).tolist():
             rk._count(i, int(counts[i]))
+        facets = rk.facet.view()[live]
+        if len(facets) and int(facets.max()) >= N_FACETS:
+            raise ValueError("section rk.facet holds a value out of range")
+        rk.facet_counts = np.bincount(facets, minlength=N_FACETS).astype(np.int64)
         return rk
+
+    def long_term(self, slot_doc: np.ndarray, want: int) -> list[int]:
+        """Up to `want` live slots of long-term memory (kind preference or semantic, or tier
+        long; never tier discard), highest importance first, then the newest message first.
+        Vectorised over the columns (no record is read)."""
+        n = len(slot_doc)
+        facet = self.facet.view()[:n]
+        mask = LONG_TERM[facet] & (slot_doc >= 0)
+        cand = np.flatnonzero(mask)
+        if not len(cand) or want <= 0:
+            return []
+        imp = self.importance.view()[cand]
+        by_level = np.bincount(imp, minlength=101)[:101][::-1].cumsum()  # (from importance 100 down)
+        level = 100 - int(np.searchsorted(by_level, min(want, len(cand))))
+        above = cand[imp > level]
+        at = cand[imp == level][::-1][: want - len(above)]
+        chosen = np.concatenate([above, at])
+        order = np.lexsort((-chosen.astype(np.int64), -self.importance.view()[chosen].astype(np.int64)))
+        return chosen[order].tolist()
 
     # -- memory ----------------------------------------------------------------------------
     def nbytes(self) -> int:
