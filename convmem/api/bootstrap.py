@@ -53,7 +53,7 @@ def start_session(reader: RecordReader, log: LogFile, cursors: Cursors, budget: 
     mems = pack([_memory(message(reader.record(cat.current_doc(s)))) for s in candidates],
                 budget * 2 // 5, text_cap=max(48, budget // 10))
     memories = mems.parts
-    left -= json_tokens(memories)
+    left -= section_tokens(memories)
     omitted["memories"] = int(_count_long_term(cat)) - len(memories)
     omitted["memories_trimmed"] = mems.trimmed
 
@@ -61,7 +61,7 @@ def start_session(reader: RecordReader, log: LogFile, cursors: Cursors, budget: 
     if since is not None:
         status, reason, found, complete = _changes(reader, log, cursors, since)
         items = _take(found, left // 2)
-        left -= json_tokens(items)
+        left -= section_tokens(items)
         answer_changes = {"status": status}
         if reason:
             answer_changes["reason"] = reason
@@ -73,22 +73,21 @@ def start_session(reader: RecordReader, log: LogFile, cursors: Cursors, budget: 
 
     recent = _recent_sessions(reader)
     sessions = pack(recent, left // 2).parts
-    left -= json_tokens(sessions)
+    left -= section_tokens(sessions)
     omitted["sessions"] = max(0, cat.sessions.live_sessions - len(sessions))
 
     kinds_tiers = _facets(cat.recall.facet_counts)
     tag_counts = cat.recall.tag_counts
     by_count = heapq.nlargest(200, tag_counts.items(), key=lambda kv: (kv[1], kv[0]))
-    vocab = _take(kinds_tiers + [{"tag": t, "count": n} for t, n in by_count], left)
+    vocab = _take(kinds_tiers + [{"tag": t, "count": n} for t, n in by_count], left, lists=3)
     kinds = [x for x in vocab if "kind" in x]
     tiers = [x for x in vocab if "tier" in x]
     tags = [x for x in vocab if "tag" in x]
     omitted["tags"] = len(tag_counts) - len(tags)
 
     out: dict[str, Any] = {"status": "OK", "budget_tokens": budget}
-    out["used_tokens"] = (json_tokens(memories) + json_tokens(sessions)
-                          + json_tokens(kinds) + json_tokens(tiers) + json_tokens(tags)
-                          + (json_tokens(answer_changes["items"]) if answer_changes else 0))
+    out["used_tokens"] = sum(map(section_tokens, (memories, sessions, kinds, tiers, tags))) + (
+        section_tokens(answer_changes["items"]) if answer_changes else 0)
     out["memories"] = memories
     out["recent_sessions"] = sessions
     if answer_changes is not None:
@@ -106,10 +105,16 @@ def _count_long_term(cat: Any) -> int:
     return int(counts[LONG_TERM[: len(counts)]].sum())
 
 
-def _take(items: list[dict[str, Any]], allot: int) -> list[dict[str, Any]]:
-    """Items in order while the list's JSON estimate stays within `allot` (one token for the
-    brackets, one per separator: the estimate of the whole is at most the sum of the parts')."""
-    used = 1
+def section_tokens(items: list[dict[str, Any]]) -> int:
+    """What a section of the answer costs: its JSON list's estimate (nothing when empty)."""
+    return json_tokens(items) if items else 0
+
+
+def _take(items: list[dict[str, Any]], allot: int, lists: int = 1) -> list[dict[str, Any]]:
+    """Items in order while the estimate of their JSON, cut into `lists` lists, stays within
+    `allot` (a token for each list's brackets, one per separator: the estimate of the whole is
+    at most the sum of the parts')."""
+    used = lists
     out = []
     for item in items:
         cost = json_tokens(item) + 1
