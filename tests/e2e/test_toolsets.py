@@ -94,3 +94,37 @@ def test_an_unknown_toolset_is_a_usage_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert b"unknown toolset 'bogus'" in done.stderr
     assert not (tmp_path / "d").exists()  # refused before anything was created
+
+
+def test_the_recall_tools_over_stdio_and_through_an_attached_process(tmp_path: Path) -> None:
+    """The recall toolset served by the owner and relayed for an attached process: remember
+    writes once, the attached process finds the owner's memory, list_tags and start_session
+    see it, recall bundles it; the contract server does not list them."""
+    data = tmp_path / "data"
+    owner = start(data, "--toolsets", "recall")
+    attached = start(data, "--toolsets", "all")
+    try:
+        assert {"recall", "start_session", "list_tags", "remember"} <= {t["name"] for t in listing(owner)}
+        args = {"session_id": "s", "content": "The user prefers tabs over spaces.",
+                "metadata_json": json.dumps({"tags": ["style"], "memory_kind": "preference"})}
+        first, err = owner.call("remember", args)
+        assert not err and first["duplicate"] is False
+        again, err = attached.call("remember", {**args, "content": "the user prefers TABS over spaces."})
+        assert not err and again["duplicate"] is True
+        assert again["message"]["message_id"] == first["message"]["message_id"]
+        tags, _ = attached.call("list_tags", {})
+        assert tags == {"tags": [{"tag": "style", "count": 1}]}
+        boot, _ = attached.call("start_session", {"budget_tokens": 500})
+        assert [m["message_id"] for m in boot["memories"]] == [first["message"]["message_id"]]
+        bundle, _ = owner.call("recall", {"query": "tabs", "budget_tokens": 200})
+        assert [i["message_id"] for i in bundle["items"]] == [first["message"]["message_id"]]
+        assert owner.health()["active_messages"] == 1
+    finally:
+        assert attached.close() == 0
+        assert owner.close() == 0
+    plain = start(tmp_path / "plain")
+    try:
+        answer, err = plain.call("recall", {"query": "x", "budget_tokens": 10})
+        assert err and answer["error"]["code"] == "VALIDATION_ERROR"
+    finally:
+        assert plain.close() == 0
