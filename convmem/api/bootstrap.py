@@ -153,12 +153,11 @@ def one_line(text: str) -> str:
 
 
 def _recent_sessions(reader: RecordReader) -> list[dict[str, Any]]:
-    sessions = reader.catalog.sessions
-    latest = heapq.nlargest(RECENT_SESSIONS, ((int(s.ts[s.n - 1]), s.num) for s in sessions.by_num if s.n))
+    cat = reader.catalog
     out = []
-    for last, num in latest:
-        s = sessions.by_num[num]
-        out.append({"session_id": s.name, "message_count": s.n, "last_message_at": last,
+    for num in cat.recall.recent_sessions(RECENT_SESSIONS):
+        s = cat.sessions.by_num[num]
+        out.append({"session_id": s.name, "message_count": s.n, "last_message_at": s.last_message_at,
                     "content": one_line(representative(reader, s))})
     return out
 

@@ -428,7 +428,7 @@ class MemoryStore(RecallTools):
                 self._clock.last = clock_before  # the id was not used
                 raise
             with self._applying("a write was interrupted after its record was durable"):
-                cat.commit_new(rec, doc, len(frame))
+                cat.commit_new(rec, doc, len(frame), prep)
             self._after_write()
             return answer
 
@@ -470,10 +470,10 @@ class MemoryStore(RecallTools):
                 answer = {"status": "OK", "changed": True, "message": message(new)}
                 return cat.stage_version(new, offset, len(frame), slot, prep), prep, old_keys, answer
 
-            _, (new_doc, _, old_keys, answer) = self._append_overlapped(
+            _, (new_doc, prep, old_keys, answer) = self._append_overlapped(
                 frame, stage, lambda staged: cat.unstage(staged[0], staged[1]))
             with self._applying("an update was interrupted after its record was durable"):
-                cat.commit_version(new, slot, new_doc, len(frame), old_keys)
+                cat.commit_version(new, slot, new_doc, len(frame), old_keys, prep)
             self._after_write()
             return answer
 

@@ -134,9 +134,10 @@ class Catalog:
         prep = prepare(rec)
         slot = self.ids.get(rec[R_ULID])
         if slot is None:
-            return self.commit_new(rec, self.stage_new(rec, offset, frame_len, prep), frame_len)
+            return self.commit_new(rec, self.stage_new(rec, offset, frame_len, prep), frame_len,
+                                   prep)
         doc = self.stage_version(rec, offset, frame_len, slot, prep)
-        self.commit_version(rec, slot, doc, frame_len)
+        self.commit_version(rec, slot, doc, frame_len, prep=prep)
         return slot
 
     def stage_new(self, rec: Record, offset: int, frame_len: int, prep: Prepared) -> int:
@@ -158,21 +159,24 @@ class Catalog:
         self.doc_offset.writable()[doc] = -1
         self.doc_len.writable()[doc] = 0
 
-    def commit_new(self, rec: Record, doc: int, frame_len: int) -> int:
+    def commit_new(self, rec: Record, doc: int, frame_len: int, prep: Prepared | None = None) -> int:
+        """`prep`: what staging computed (its token keys give the recall keys without tokenizing
+        the content again)."""
         ulid, ts = rec[R_ULID], rec[R_TIMESTAMP]
         slot = self.ids.add(ulid)
-        self.recall.add(slot, rec)
+        self.recall.add(slot, rec, None if prep is None else prep.keys[0])
         num = self.sessions.number(rec[R_SESSION_ID])
         self.slot_doc.append(doc)
         self.slot_session.append(num)
         self.slot_ts.append(ts)
         self.sessions.insert(num, ts, slot, ulid, rec[R_KIND])
+        self.recall.touch_session(self.sessions.by_num[num])
         self.relations.add_new(slot, rec[R_RELATIONS])
         self._count_version(rec, frame_len)
         return slot
 
     def commit_version(self, rec: Record, slot: int, doc: int, frame_len: int,
-                       old_keys: OptionalKeys | None = None) -> None:
+                       old_keys: OptionalKeys | None = None, prep: Prepared | None = None) -> None:
         """Make `doc` the current version of the message in `slot`; `old_keys`: the replaced
         version's key arrays, when the caller has them (else they are read from the log)."""
         kind = rec[R_KIND]
@@ -186,8 +190,9 @@ class Catalog:
                 self.sessions.change_kind(num, old_kind, kind)
         else:
             self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
+            self.recall.touch_session(self.sessions.by_num[num])
         self.slot_doc.writable()[slot] = doc
-        self.recall.replace(slot, rec, old_doc >= 0)
+        self.recall.replace(slot, rec, old_doc >= 0, None if prep is None else prep.keys[0])
         if old_doc >= 0 and (rec[R_RELATIONS] or self.doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
             self.relations.set(slot, rec[R_RELATIONS])
         elif old_doc < 0:
@@ -233,6 +238,7 @@ class Catalog:
         self.recall.retire(slot)
         self.sessions.remove(int(self.slot_session.data[slot]), int(self.slot_ts.data[slot]),
                              slot, self.ulid_of(slot), int(self.doc_kind.data[doc]))
+        self.recall.touch_session(self.session_of_slot(slot))
         if self.doc_flags.data[doc] & FLAG_HAS_RELATIONS:
             self.relations.clear(slot)
 
@@ -270,14 +276,16 @@ class Catalog:
                         tagged = by_tags[tuple(tags)] = (tag_keys(tags), tag_hashes(tags))
                 else:
                     tagged = (EMPTY_KEYS, EMPTY_KEYS)
-                index.add(doc, token_keys(rec[R_CONTENT]),
+                content_keys = token_keys(rec[R_CONTENT])
+                index.add(doc, content_keys,
                           token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
                           rec[R_TIER], rec[R_IMPORTANCE], ts, ulid)
                 slot = ids.add(ulid)
-                self.recall.add(slot, rec)
+                self.recall.add(slot, rec, content_keys)
                 if s is None:
                     sessions.number(rec[R_SESSION_ID])
                 sessions.insert(num, ts, slot, ulid, kind)
+                self.recall.touch_session(by_num[num])
                 if rec[R_RELATIONS]:
                     relations.add_new(slot, rec[R_RELATIONS])
                 nums.append(num)
@@ -388,6 +396,7 @@ class Catalog:
         cat.relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
                                                   arrays["rel_target"])
         cat.recall = RecallKeys.from_sections(meta["recall_tagsets"], arrays, cat.slot_doc.view())
+        cat.recall.load_sessions(arrays["hist_off"], arrays["hist_ts"])
         cat.index = core_index.SearchIndex.from_arrays(
             {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})
         cat.last_seq = int(meta["last_seq"])

@@ -4,9 +4,13 @@ the store or read the log to answer.
 
 Per message ("slot"), for its current version (kept, not cleared, when the message is deleted,
 so a version made current again finds its values in place):
-- `content_key`: a 64-bit hash of (session id, normalized content). "The same memory in the same
-  session": remember() looks its key up and compares the candidates' records exactly, so a hash
-  collision never makes a duplicate.
+- `content_key`: a 64-bit hash of (session id, the content's token keys): "the same memory in
+  the same session". The index's token keys are computed from the NFKC, case-folded text and
+  whitespace only separates them, so two contents equal after normalization (below) have the
+  same keys, and hashing the keys a write computes anyway costs far less than normalizing again
+  (a content without tokens is hashed as its normalized text). Contents that differ only in
+  punctuation share a key too: remember() compares every candidate's record exactly, so neither
+  that nor a hash collision ever makes a duplicate.
 - `gist_key`: a 64-bit hash of (normalized summary, the set of normalized tags), 0 without a
   summary. "The same summary and tags", in any session.
 - `tagset`: the number of the message's tag list (tag lists are interned: stores repeat a few).
@@ -15,12 +19,16 @@ so a version made current again finds its values in place):
 Normalization (`normalize`): NFKC, case folding (tokenizer.normalize), then every run of
 whitespace (str.split's) made one space, leading and trailing whitespace dropped.
 
-Derived, never saved: the live message count of each tag (kept on every change: commit, retire;
-rebuilt from the columns at load) and the key lookups (sorted copies of a key column, built when
+Derived, never saved: the live message count of each tag and of each facet (kept on every
+change: commit, retire; rebuilt from the columns at load), each session's last message time (by
+session number, -1 without live messages: the most recent sessions without a pass over all),
+the first long-term memories in rank order (kept while writes only add to them, computed again
+after one of them changed), and the key lookups (sorted copies of a key column, built when
 first asked for, plus the keys set since in a small dict; rebuilt once that has grown).
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import sys
 
@@ -29,6 +37,7 @@ import numpy as np
 from .._core import tokenizer
 from ..domain import KINDS, TIERS
 from .columns import Column
+from .sessions import Session
 from .docs import R_CONTENT, R_IMPORTANCE, R_KIND, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, Record
 
 N_TIERS = len(TIERS)
@@ -52,8 +61,14 @@ def _hash(data: bytes) -> int:
     return key or 1  # 0 means "no key"
 
 
-def content_key(session_id: str, content: str) -> int:
-    return _hash(b"c" + session_id.encode("utf-8") + b"\0" + normalize(content).encode("utf-8"))
+def content_key(session_id: str, content: str, keys: np.ndarray | None = None) -> int:
+    """`keys`: the content's token keys, when the caller has them (tokenizer.token_keys)."""
+    if keys is None:
+        keys = tokenizer.token_keys(content)
+    head = session_id.encode("utf-8") + b"\0"
+    if len(keys):
+        return _hash(b"k" + head + keys.astype("<u8", copy=False).tobytes())
+    return _hash(b"c" + head + normalize(content).encode("utf-8"))
 
 
 def gist_key(summary: str | None, tags: list[str]) -> int:
@@ -122,6 +137,9 @@ class RecallKeys:
         self._sorted_tags: list[str] | None = None  # tag_counts' keys, sorted (cached)
         self.by_content = KeyLookup(self.content_key)
         self.by_gist = KeyLookup(self.gist_key)
+        self.session_last = Column("i8")  # by session number
+        self._top: list[int] | None = None  # long_term(want=self._top_want), kept while valid
+        self._top_want = 0
 
     # -- changes ---------------------------------------------------------------------------
     def _tagset_id(self, tags: list[str]) -> int:
@@ -150,13 +168,14 @@ class RecallKeys:
             self._sorted_tags = sorted(self.tag_counts)
         return self._sorted_tags
 
-    def _values(self, rec: Record) -> tuple[int, int, int, int, int]:
-        return (content_key(rec[R_SESSION_ID], rec[R_CONTENT]), gist_key(rec[R_SUMMARY], rec[R_TAGS]),
+    def _values(self, rec: Record, keys: np.ndarray | None) -> tuple[int, int, int, int, int]:
+        return (content_key(rec[R_SESSION_ID], rec[R_CONTENT], keys), gist_key(rec[R_SUMMARY], rec[R_TAGS]),
                 self._tagset_id(rec[R_TAGS]), rec[R_KIND] * N_TIERS + rec[R_TIER], rec[R_IMPORTANCE])
 
-    def add(self, slot: int, rec: Record) -> None:
-        """A new message, in slot order (its slot is the next one)."""
-        ck, gk, ts, facet, imp = self._values(rec)
+    def add(self, slot: int, rec: Record, keys: np.ndarray | None = None) -> None:
+        """A new message, in slot order (its slot is the next one); `keys`: its content's token
+        keys if the caller has them."""
+        ck, gk, ts, facet, imp = self._values(rec, keys)
         self.content_key.append(ck)
         self.gist_key.append(gk)
         self.tagset.append(ts)
@@ -166,13 +185,17 @@ class RecallKeys:
         self.facet_counts[facet] += 1
         self.by_content.note(ck, slot)
         self.by_gist.note(gk, slot)
+        if LONG_TERM[facet]:
+            self._top_offer(slot)
 
-    def replace(self, slot: int, rec: Record, was_live: bool) -> None:
+    def replace(self, slot: int, rec: Record, was_live: bool, keys: np.ndarray | None = None) -> None:
         """A new current version of the message in `slot` (which was deleted unless `was_live`)."""
         if was_live:
             self._count(int(self.tagset.data[slot]), -1)
             self.facet_counts[int(self.facet.data[slot])] -= 1
-        ck, gk, ts, facet, imp = self._values(rec)
+        if self._top is not None and slot in self._top:
+            self._top = None  # (it may rank lower now: computed again when asked for)
+        ck, gk, ts, facet, imp = self._values(rec, keys)
         if int(self.content_key.data[slot]) != ck:
             self.content_key.writable()[slot] = ck
             self.by_content.note(ck, slot)
@@ -184,11 +207,50 @@ class RecallKeys:
         self.importance.writable()[slot] = imp
         self._count(ts, 1)
         self.facet_counts[facet] += 1
+        if LONG_TERM[facet]:
+            self._top_offer(slot)
 
     def retire(self, slot: int) -> None:
         """The message in `slot` is no longer live (its values stay, see the module docstring)."""
         self._count(int(self.tagset.data[slot]), -1)
         self.facet_counts[int(self.facet.data[slot])] -= 1
+        if self._top is not None and slot in self._top:
+            self._top = None
+
+    def _top_offer(self, slot: int) -> None:
+        """A live long-term memory: into the kept first ones if it ranks among them."""
+        top = self._top
+        if top is None or slot in top:
+            return
+        imp = self.importance.data
+        rank = (-int(imp[slot]), -slot)
+        i = bisect.bisect_left([(-int(imp[s]), -s) for s in top], rank)
+        if i < self._top_want:
+            top.insert(i, slot)
+            del top[self._top_want:]
+
+    def touch_session(self, s: "Session") -> None:
+        """A session's history changed: its last message time (-1 when it has none)."""
+        col = self.session_last
+        while col.n <= s.num:
+            col.append(-1)
+        col.writable()[s.num] = s.last_message_at if s.n else -1
+
+    def load_sessions(self, hist_off: np.ndarray, hist_ts: np.ndarray) -> None:
+        """Each session's last message time from a snapshot's history arrays."""
+        ends = hist_off[1:].astype(np.int64)
+        last = np.full(len(ends), -1, dtype=np.int64)
+        has = ends > hist_off[:-1]
+        last[has] = hist_ts[ends[has] - 1]
+        self.session_last = Column.from_array(last)
+
+    def recent_sessions(self, want: int) -> list[int]:
+        """Numbers of the `want` sessions with the latest last message, latest first."""
+        last = self.session_last.view()
+        idx = np.flatnonzero(last >= 0) if len(last) <= want else np.argpartition(last, -want)[-want:]
+        idx = idx[last[idx] >= 0]
+        order = np.lexsort((-idx, -last[idx]))
+        return idx[order].tolist()
 
     # -- snapshot --------------------------------------------------------------------------
     def sections(self, slots: np.ndarray | None = None) -> tuple[list[list[str]], dict[str, np.ndarray]]:
@@ -240,7 +302,13 @@ class RecallKeys:
     def long_term(self, slot_doc: np.ndarray, want: int) -> list[int]:
         """Up to `want` live slots of long-term memory (kind preference or semantic, or tier
         long; never tier discard), highest importance first, then the newest message first.
-        Vectorised over the columns (no record is read)."""
+        Kept between calls (see the module docstring); else vectorised over the columns."""
+        if self._top is None or self._top_want != want:
+            self._top = self._long_term(slot_doc, want)
+            self._top_want = want
+        return list(self._top)
+
+    def _long_term(self, slot_doc: np.ndarray, want: int) -> list[int]:
         n = len(slot_doc)
         facet = self.facet.view()[:n]
         mask = LONG_TERM[facet] & (slot_doc >= 0)

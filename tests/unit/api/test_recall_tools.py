@@ -302,6 +302,28 @@ def test_start_session_memories_against_a_model(store: MemoryStore) -> None:
                           if kinds[k]]
     assert [x["session_id"] for x in r["recent_sessions"]] == ["s3", "s2", "s1", "s0"]
     assert r["recent_sessions"][0]["content"] == "memory 59"
+    # The first ones are kept between calls: changes to them, and new ones, show at once.
+    state = {m[0]: list(m) for m in made if m[0] != gone}
+    top = [m["message_id"] for m in r["memories"]]
+    store.delete_message(message_id=top[0])
+    del state[top[0]]
+    store.update_message(message_id=top[1], metadata_json=meta(importance=0))
+    state[top[1]][3] = 0
+    store.update_message(message_id=top[2], metadata_json=meta(memory_kind="conversation", memory_tier="mid"))
+    state[top[2]][1:3] = ["conversation", "mid"]
+    late = write(store, "late", session="s0", memory_kind="preference", importance=100)
+    state[late] = [late, "preference", "short", 100, 1000]
+    s0 = [m for m in made if m[4] % 4 == 0 and m[0] != gone]
+    for m in s0[-2:]:
+        store.delete_message(message_id=m[0])
+        state.pop(m[0], None)
+    model = sorted((m for m in state.values() if m[2] != "discard"
+                    and (m[1] in ("semantic", "preference") or m[2] == "long")),
+                   key=lambda m: (-m[3], -m[4]))
+    again = store.start_session(budget_tokens=500_000, since=r["cursor"])
+    assert [m["message_id"] for m in again["memories"]] == [m[0] for m in model]
+    assert [x["session_id"] for x in again["recent_sessions"]] == ["s0", "s3", "s2", "s1"]
+    assert again["recent_sessions"][0]["content"] == "late"
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=READ_ONLY_FIXTURE)
@@ -383,3 +405,19 @@ def test_tools_run_through_dispatch_with_the_recall_toolset(store: MemoryStore) 
     assert not out.is_error and json.loads(out.text)["duplicate"] is False
     assert json.loads(run_tool(store, "list_tags", {}, cat).text) == {"tags": []}
     assert run_tool(store, "remember", {"session_id": "s", "content": "hi"}, CONTRACT).is_error
+
+
+@settings(max_examples=300, deadline=None)
+@given(words=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=8),
+       seps=st.lists(st.sampled_from([" ", "  ", "\t", "\n", " \u3000 ", "\u2028"]), min_size=8, max_size=8),
+       upper=st.booleans())
+def test_contents_equal_after_normalization_share_a_content_key(words: list[str], seps: list[str],
+                                                                upper: bool) -> None:
+    """The key is a hash of the content's token keys: it must not separate what normalization
+    joins (else remember would miss a duplicate)."""
+    from convmem.catalog.recall_keys import content_key
+    a = " ".join(words)
+    b = "".join(w + s for w, s in zip(words, seps)).upper() if upper else "\n" + "".join(
+        w + s for w, s in zip(words, seps))
+    if normalize(a) == normalize(b):
+        assert content_key("s", a) == content_key("s", b)
