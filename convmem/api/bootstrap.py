@@ -49,9 +49,12 @@ def start_session(reader: RecordReader, log: LogFile, cursors: Cursors, budget: 
     left = budget
     omitted: dict[str, int] = {}
 
-    candidates = cat.recall.long_term(cat.slot_doc.view(), MEMORY_CANDIDATES)
+    share = budget * 2 // 5
+    # (no more than could fit: a memory's fields alone are some 40 tokens)
+    want = min(MEMORY_CANDIDATES, max(1, share // 32))
+    candidates = cat.recall.long_term(cat.slot_doc.view(), MEMORY_CANDIDATES)[:want]
     mems = pack([_memory(message(reader.record(cat.current_doc(s)))) for s in candidates],
-                budget * 2 // 5, text_cap=max(48, budget // 10))
+                share, text_cap=max(48, budget // 10))
     memories = mems.parts
     left -= section_tokens(memories)
     omitted["memories"] = int(_count_long_term(cat)) - len(memories)

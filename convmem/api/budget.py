@@ -1,42 +1,44 @@
 """Token estimates for answers sized to an agent's context (recall, start_session).
 
 convmem has no model tokenizer (and must not guess which model reads its answers), so a token is
-estimated from the text's script, the way BPE tokenizers of current models come out on average:
+estimated from the text's script, the way BPE tokenizers of current models come out on average,
+with the length of each character in UTF-8 standing for its script:
 
-- CJK characters count one token each: Han ideographs (U+3400-4DBF, U+4E00-9FFF, U+F900-FAFF,
-  U+20000-3FFFF), the iteration marks U+3005-3007, Hiragana, Katakana (with the phonetic
-  extensions), Hangul (jamo and syllables), CJK symbols and punctuation (U+3000-303F: 、。「」)
-  and the half- and full-width forms (U+FF00-FFEF). Tokenizers give these about one token per
-  character, often more than one per character for rare ideographs merged from bytes; one is the
-  documented estimate.
-- Everything else counts by its UTF-8 bytes, four bytes per token, rounded up: Latin text and
-  code (~4 characters per token), Cyrillic and Greek (2 bytes per character: ~2 per token),
-  scripts of 3-byte characters (~1.3 per token), emoji (one token each).
+- 1-byte characters (ASCII: English and other Latin-script text without accents, code, JSON
+  syntax): four bytes per token.
+- 2-byte characters (Latin with accents, Greek, Cyrillic, Hebrew, Arabic, ...): two characters
+  per token.
+- 3-byte characters (CJK ideographs, kana, Hangul, CJK punctuation and full-width forms; also
+  Thai, Devanagari and the other scripts of the Basic Multilingual Plane above U+07FF): one token
+  each. Tokenizers give CJK text about one token per character (rare ideographs more, merged from
+  bytes); for the other scripts here it overestimates, which keeps answers inside the budget.
+- 4-byte characters (emoji, rare ideographs of the supplementary planes): one token each.
 
-The estimate of a text is monotone in its prefixes and never more than the sum of the estimates
+Each class is rounded up on its own. The estimate of a text is monotone in its prefixes and never more than the sum of the estimates
 of its parts, so a bundle whose parts are each measured, with one token per separator, stays
 within what the parts sum to. A JSON answer is measured as its JSON text (escapes included).
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
 
-BYTES_PER_TOKEN = 4  # non-CJK text, in UTF-8 bytes
-_CJK = re.compile("[\u3000-\u303f\u3041-\u309f\u30a0-\u30ff\u31f0-\u31ff\u3400-\u4dbf"
-                  "\u4e00-\u9fff\uf900-\ufaff\uff00-\uffef\u1100-\u11ff\u3130-\u318f"
-                  "\ua960-\ua97f\uac00-\ud7af\ud7b0-\ud7ff\U00020000-\U0003ffff]")
+BYTES_PER_TOKEN = 4  # of 1-byte characters; no character is less than a quarter of a token
+# UTF-8 lead bytes by sequence length ("2", "3", "4"); ASCII and continuation bytes are "."
+_LEAD_CLASS = bytes(ord("2") if 0xC0 <= b < 0xE0 else ord("3") if 0xE0 <= b < 0xF0
+                    else ord("4") if b >= 0xF0 else ord(".") for b in range(256))
 
 
 def estimate_tokens(text: str) -> int:
     """The estimated token count of `text` (see the module docstring)."""
     if text.isascii():
         return -(-len(text) // BYTES_PER_TOKEN)
-    rest = _CJK.sub("", text)
-    other = len(rest.encode("utf-8", "surrogatepass"))
-    return (len(text) - len(rest)) + -(-other // BYTES_PER_TOKEN)
+    data = text.encode("utf-8", "surrogatepass")
+    classes = data.translate(_LEAD_CLASS)
+    two, three, four = classes.count(b"2"), classes.count(b"3"), classes.count(b"4")
+    one = len(data) - 2 * two - 3 * three - 4 * four
+    return -(-one // BYTES_PER_TOKEN) + -(-two // 2) + three + four
 
 
 def json_tokens(value: Any) -> int:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .budget import BYTES_PER_TOKEN, fit_item, json_tokens
 
 MIN_TEXT_TOKENS = 8  # a part is worth sending only with this much of its text (or all of it)
@@ -51,14 +53,11 @@ def pack(parts: list[dict[str, Any]], budget: int, text_cap: int | None = None) 
         least.append(need)
     # The largest cap c with sum(clamp(c, least, full)) + separators <= room.
     avail = room - len(kept)
-
-    def cost(c: int) -> int:
-        return sum(min(f, max(lo, c)) for f, lo in zip(full, least))
-
+    full_a, least_a = np.array(full, dtype=np.int64), np.array(least, dtype=np.int64)
     lo, hi = 0, max(full, default=0)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if cost(mid) <= avail:
+        if int(np.minimum(full_a, np.maximum(least_a, mid)).sum()) <= avail:
             lo = mid
         else:
             hi = mid - 1

@@ -45,6 +45,8 @@ def test_estimate_by_script() -> None:
     assert estimate_tokens("привет") == 3  # 12 UTF-8 bytes
     assert estimate_tokens("😀") == 1  # 4 bytes
     assert estimate_tokens("ＡＢＣ") == 3  # full-width forms
+    assert estimate_tokens("naïve") == 2  # 4 ASCII bytes, one 2-byte character: each rounded up
+    assert estimate_tokens("Ελληνικά") == 4  # two 2-byte characters per token
 
 
 @given(st.text(max_size=60), st.text(max_size=60))
