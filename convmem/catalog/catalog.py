@@ -261,6 +261,7 @@ class Catalog:
         token_keys = tokenizer.token_keys
         nums: list[int] = []
         flags: list[int] = []
+        recall_keys: list[np.ndarray] = []  # (each applied record's content keys)
         # tags -> (their keys as field_keys gives them, their hashes): a batch repeats a few
         # tag lists (the index copies what add gets, so sharing arrays is safe)
         by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
@@ -281,7 +282,7 @@ class Catalog:
                           token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
                           rec[R_TIER], rec[R_IMPORTANCE], ts, ulid)
                 slot = ids.add(ulid)
-                self.recall.add(slot, rec, content_keys)
+                recall_keys.append(content_keys)
                 if s is None:
                     sessions.number(rec[R_SESSION_ID])
                 sessions.insert(num, ts, slot, ulid, kind)
@@ -298,6 +299,7 @@ class Catalog:
             self.doc_slot.extend(range(slot0, slot0 + n))
             self.doc_kind.extend([rec[R_KIND] for rec in recs[:n]])
             self.doc_flags.extend(flags)
+            self.recall.add_batch(slot0, recs[:len(recall_keys)], recall_keys)
             self.slot_doc.extend(range(doc0, doc0 + n))
             self.slot_session.extend(nums)
             self.slot_ts.extend([rec[R_TIMESTAMP] for rec in recs[:n]])

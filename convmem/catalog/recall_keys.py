@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import sys
+from collections import Counter
 
 import numpy as np
 
@@ -98,7 +99,7 @@ class KeyLookup:
         self._delta = {}
 
     def note(self, key: int, slot: int) -> None:
-        if self._keys is None or not key:
+        if not key or self._keys is None:
             return  # (built from the column when asked for)
         self._delta.setdefault(key, []).append(slot)
         if len(self._delta) > max(4096, len(self._keys) // 16):
@@ -187,6 +188,29 @@ class RecallKeys:
         self.by_gist.note(gk, slot)
         if LONG_TERM[facet]:
             self._top_offer(slot)
+
+    def add_batch(self, slot0: int, recs: list[Record], keys: list[np.ndarray]) -> None:
+        """New messages in slots slot0, slot0 + 1, ... (an import batch): add() for each, with
+        each column extended once."""
+        cks = [content_key(r[R_SESSION_ID], r[R_CONTENT], k) for r, k in zip(recs, keys)]
+        gks = [gist_key(r[R_SUMMARY], r[R_TAGS]) if r[R_SUMMARY] else 0 for r in recs]
+        tagset_id, ids = self._tagset_id, self._tagset_ids
+        sets = [ids.get(tuple(r[R_TAGS])) or tagset_id(r[R_TAGS]) if r[R_TAGS] else 0 for r in recs]
+        facets = [r[R_KIND] * N_TIERS + r[R_TIER] for r in recs]
+        self.content_key.extend(cks)
+        self.gist_key.extend(gks)
+        self.tagset.extend(sets)
+        self.facet.extend(facets)
+        self.importance.extend([r[R_IMPORTANCE] for r in recs])
+        for ts, n in Counter(sets).items():
+            if ts:
+                self._count(ts, n)
+        self.facet_counts += np.bincount(facets, minlength=N_FACETS)[:N_FACETS]
+        for i, (ck, gk, facet) in enumerate(zip(cks, gks, facets)):
+            self.by_content.note(ck, slot0 + i)
+            self.by_gist.note(gk, slot0 + i)
+            if LONG_TERM[facet]:
+                self._top_offer(slot0 + i)
 
     def replace(self, slot: int, rec: Record, was_live: bool, keys: np.ndarray | None = None) -> None:
         """A new current version of the message in `slot` (which was deleted unless `was_live`)."""

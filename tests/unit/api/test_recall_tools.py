@@ -423,3 +423,17 @@ def test_contents_equal_after_normalization_share_a_content_key(words: list[str]
         w + s for w, s in zip(words, seps))
     if normalize(a) == normalize(b):
         assert content_key("s", a) == content_key("s", b)
+
+
+def test_imported_batches_are_remembered_counted_and_ranked(store: MemoryStore) -> None:
+    items = [{"session_id": f"s{i % 2}", "role": "user", "content": f"imported fact {i}",
+              "metadata": {"tags": ["imp", f"g{i % 3}"], "memory_kind": "semantic" if i % 4 == 0 else "episode",
+                           "importance": i}} for i in range(50)]
+    store.start_session(budget_tokens=100)  # (the kept first memories exist before the import)
+    assert store.import_messages(items, batch_size=16) == 50
+    assert store.remember(session_id="s0", content="IMPORTED fact 10")["duplicate"] is True
+    assert store.remember(session_id="s1", content="imported fact 10")["duplicate"] is False
+    counts = {t["tag"]: t["count"] for t in store.list_tags()["tags"]}
+    assert counts == {"imp": 50, "g0": 17, "g1": 17, "g2": 16}  # (the remembered one has none)
+    got = [m["content"] for m in store.start_session(budget_tokens=500_000)["memories"]]
+    assert got == [f"imported fact {i}" for i in range(48, -1, -4)]
