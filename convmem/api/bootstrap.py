@@ -34,7 +34,7 @@ from .paging import Cursors
 from .records import RecordReader, message
 from .views import representative
 
-SINCE_CURSOR = b"S"
+SINCE_CURSOR = b"B"  # (H and S are the history and sessions views')
 _POSITION = struct.Struct("<QQ")  # log end offset, last sequence number
 MEMORY_CANDIDATES = 64
 RECENT_SESSIONS = 20

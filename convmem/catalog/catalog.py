@@ -3,8 +3,8 @@
 Per message ("slot", numbered in creation order): its current version's doc (-1 once deleted),
 its session and timestamp, and its 16-byte id (`ids`). Per stored version ("doc", the search
 index's document number): where its record lies in the log, its slot, kind and flags. Beside
-them: the sessions' histories, the relations, the compiled search index, and the counters that
-health reports. The catalog knows nothing of files: it reads a version's record through the
+them: the sessions' histories, the relations, the compiled search index, the recall tools' keys
+and counts (recall_keys.py), and the counters that health reports. The catalog knows nothing of files: it reads a version's record through the
 `read_record(offset, length)` it is given (used only to find the keys of a version it removes).
 
 A version is applied in two steps: its doc goes into the index and the doc columns first

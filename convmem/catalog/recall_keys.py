@@ -355,4 +355,5 @@ class RecallKeys:
         interned = (_sizeof(self.tagsets) + _sizeof(self._tagset_ids)
                     + sum(_sizeof(t) for t in self.tagsets) + sum(_sizeof(s) for s in strings)
                     + _sizeof(self.tag_counts))
-        return cols + interned + self.by_content.nbytes() + self.by_gist.nbytes()
+        return (cols + interned + self.by_content.nbytes() + self.by_gist.nbytes()
+                + self.session_last.nbytes + _sizeof(self._top or []))

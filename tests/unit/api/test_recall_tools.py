@@ -374,6 +374,11 @@ def test_since_after_rebuild_or_from_another_store(store: MemoryStore, tmp_path:
     assert code == "VALIDATION_ERROR" and msg.startswith("since ")
     code, msg = code_of(lambda: store.start_session(budget_tokens=100, since=7))
     assert code == "VALIDATION_ERROR" and "since" in msg
+    for i in range(3):
+        write(store, f"y{i}", session=f"other-session-{i:020d}")
+    listing = store.read_messages(view="sessions", limit=1)["nextCursor"]  # (a cursor of this store)
+    code, msg = code_of(lambda: store.start_session(budget_tokens=100, since=listing))
+    assert code == "VALIDATION_ERROR" and msg.startswith("since ")
 
 
 def test_recall_keys_counts_match_a_recount(store_dir: Path) -> None:
