@@ -108,7 +108,7 @@ class KeyLookup:
     def slots_of(self, key: int) -> list[int]:
         col = self._column.view()
         if self._keys is None:
-            order = np.argsort(col, kind="stable")
+            order = np.argsort(col)  # (ties in any order: candidates are deduplicated)
             self._keys, self._slots = col[order], order.astype(np.int32)
             self._delta = {}
         k = np.uint64(key)
