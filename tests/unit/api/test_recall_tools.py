@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from convmem import ConvMemError, MemoryStore
 from convmem.api.budget import estimate_tokens, json_tokens, trim_text
 from convmem.catalog.recall_keys import normalize
+from convmem.validation import ulid as parse_ulid
 from conftest import meta
 
 JA = "東京で開催された会議の議事録です。データベースの設定を確認しました。"
@@ -442,3 +443,23 @@ def test_imported_batches_are_remembered_counted_and_ranked(store: MemoryStore) 
     assert counts == {"imp": 50, "g0": 17, "g1": 17, "g2": 16}  # (the remembered one has none)
     got = [m["content"] for m in store.start_session(budget_tokens=500_000)["memories"]]
     assert got == [f"imported fact {i}" for i in range(48, -1, -4)]
+
+
+def test_a_deleted_message_made_current_again_counts_again(store: MemoryStore) -> None:
+    """What a restore does to the catalog (a version of a deleted message applied again:
+    commit_version from no current version) brings back its tags, its duplicate key and its
+    place among the memories, as if it had never been deleted."""
+    mid = write(store, "restorable fact", tags=["r"], memory_kind="preference", importance=90)
+    write(store, "other", tags=["r"])
+    cat = store._catalog
+    _, doc = cat.live_doc(parse_ulid("message_id", mid))
+    rec, (offset, length) = store._reader.record(doc), cat.doc_span(doc)
+    assert store.start_session(budget_tokens=1000)["memories"][0]["message_id"] == mid
+    store.delete_message(message_id=mid)
+    assert store.list_tags()["tags"] == [{"tag": "r", "count": 1}]
+    assert store.start_session(budget_tokens=1000)["memories"] == []
+    with store._mutex:
+        cat.apply_message(rec, offset, length)  # (the same record, current again)
+    assert store.list_tags()["tags"] == [{"tag": "r", "count": 2}]
+    assert store.remember(session_id="s1", content="Restorable  FACT")["message"]["message_id"] == mid
+    assert [m["message_id"] for m in store.start_session(budget_tokens=1000)["memories"]] == [mid]
