@@ -170,3 +170,32 @@ def test_raw_tools_call_result_is_utf8_json_text(open_server: HttpServer) -> Non
     assert "東京で会議".encode() in response.content  # not \u-escaped anywhere on the wire
     text = response.json()["result"]["content"][0]["text"]
     assert json.loads(text)["message"]["content"] == "東京で会議"
+
+
+def test_a_read_token_gets_the_recall_toolsets_read_tools_only(tmp_path: Path) -> None:
+    """--toolsets recall over HTTP: a read token lists recall, start_session and list_tags (not
+    remember) and cannot call remember; a write token remembers."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"read {READ_TOKEN}\nwrite {WRITE_TOKEN}\n")
+    tokens.chmod(0o600)
+    server = HttpServer(tmp_path / "data", "--tokens-file", str(tokens), "--toolsets", "recall")
+
+    async def scenario() -> None:
+        async with server.client(WRITE_TOKEN) as writer:
+            names = {tool.name for tool in (await writer.list_tools()).tools}
+            assert {"recall", "start_session", "list_tags", "remember"} <= names
+            first = await ok(writer, "remember", {"session_id": "s", "content": "tabs, not spaces"})
+            assert first["duplicate"] is False
+        async with server.client(READ_TOKEN) as reader:
+            names = {tool.name for tool in (await reader.list_tools()).tools}
+            assert names == READ_TOOLS | {"recall", "start_session", "list_tags"}
+            payload, is_error = await call(reader, "remember", {"session_id": "s", "content": "x"})
+            assert_error(payload, is_error, "VALIDATION_ERROR")
+            assert "write token" in payload["error"]["message"]
+            bundle = await ok(reader, "recall", {"query": "tabs", "budget_tokens": 300})
+            assert [i["message_id"] for i in bundle["items"]] == [first["message"]["message_id"]]
+
+    try:
+        anyio.run(scenario)
+    finally:
+        assert server.close() == b""
