@@ -16,6 +16,7 @@ from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES, MAX_TIM
 from ..ids import UlidClock
 from ..errors import CONFLICT, ConvMemError
 from .records import message, new_record
+from ..typed import _Marker
 
 EXPORT_FIELDS = ("message_id", "session_id", "timestamp", "role", "content", "metadata",
                  "revision", "updated_at")
@@ -54,20 +55,8 @@ def export_item(message: dict[str, Any]) -> dict[str, Any]:
     return {name: message[name] for name in EXPORT_FIELDS}
 
 
-class _Answer:
-    """A non-error answer of import_message_batch(existing="compare") for an item not written."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-PRESENT = _Answer("PRESENT")  # the id is stored and every field the item gives is equal
-DELETED = _Answer("DELETED")  # the id was stored and deleted since: not imported again
+PRESENT = _Marker("PRESENT")  # the id is stored and every field the item gives is equal
+DELETED = _Marker("DELETED")  # the id was stored and deleted since: not imported again
 
 _META_FIELDS = (("tool_call_id", R_TOOL_CALL_ID), ("tags", R_TAGS), ("memory_tier", R_TIER),
                 ("memory_kind", R_KIND), ("importance", R_IMPORTANCE), ("summary", R_SUMMARY),
