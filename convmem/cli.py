@@ -145,7 +145,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store = _open_store(data_dir)
     finally:
         importer.join()
-    interrupted = False
+    interrupted = 0
     try:
         if args.transport == "http":
             from convmem.server import serve_http
@@ -163,11 +163,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             try:
-                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce)
+                stopped_by = serve_http(store, __version__, args.host, args.port, tokens,
+                                        args.log_level, announce)
             except OSError as exc:  # mostly: the port is taken or the address is not ours
                 _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
-        else:
-            interrupted = _serve_stdio(store, __version__, data_dir)
+            return _signal_status(stopped_by)
+        interrupted = _serve_stdio(store, __version__, data_dir)
     finally:
         store.close()
     if interrupted:
@@ -175,8 +176,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the interpreter would wait for it until Enter. The store is closed: leave now.
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(130 if interrupted == signal.SIGINT else EXIT_OK)
+        os._exit(_signal_status(interrupted))
     return EXIT_OK
+
+
+def _signal_status(sig: int | None) -> int:
+    """A server's exit status, the same for both transports: 0 when stopped by SIGTERM (a host
+    or a service manager ending it) or by end of input, 130 after Ctrl-C (SIGINT)."""
+    return 130 if sig == signal.SIGINT else EXIT_OK
 
 
 def _relay_stdio(data_dir: Path) -> int | None:

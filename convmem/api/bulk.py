@@ -85,12 +85,12 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 1000) -> int:
+def import_all(store: Any, items: Iterable[Any], batch_size: int = 1000) -> int:
     """import_messages for any store with import_message_batch and checkpoint (MemoryStore,
     SharedStore): groups of `batch_size`, all or nothing each; the first invalid item raises its
     ConvMemError (earlier groups stay imported); a snapshot at the end. Returns the count."""
     total = 0
-    batch: list[dict[str, Any]] = []
+    batch: list[Any] = []
     for item in itertools.chain(items, [None]):
         if item is not None:
             batch.append(item)
@@ -104,7 +104,7 @@ def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 10
     return total
 
 
-def compare_existing(reader: Any, item: dict[str, Any], rec: Record, earlier: Record | None) -> Any:
+def compare_existing(reader: Any, item: Any, rec: Record, earlier: Record | None) -> Any:
     """import_message_batch(existing="compare")'s answer for an id already taken: PRESENT when
     the stored message (or `earlier` in the same batch) equals the item in every field it gives,
     DELETED when it was deleted, else a CONFLICT whose `.existing` is the stored message."""

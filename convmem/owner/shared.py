@@ -165,6 +165,7 @@ class SharedStore:
 
     def _run_local(self, op: str, args: dict[str, Any]) -> Any:
         store = self._local
+        assert store is not None
         if op == "import_message_batch":
             return store.import_message_batch(args["items"], all_or_nothing=args.get("all_or_nothing", False),
                                               existing=args.get("existing", "conflict"))
@@ -255,7 +256,7 @@ class SharedStore:
         return bulk.import_all(self, items, batch_size)
 
     def export_messages(self, session_id: str | None = None) -> Iterator[ImportItem]:
-        if self.is_owner:
+        if self._local is not None:
             yield from self._local.export_messages(session_id)
             return
         key = self._call("export_start", {"session_id": session_id})
