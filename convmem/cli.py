@@ -20,6 +20,7 @@ import orjson
 
 from convmem import __version__
 from convmem.errors import ConvMemError
+from convmem.wording import counted
 
 logger = logging.getLogger("convmem.cli")
 
@@ -511,8 +512,9 @@ def cmd_health(args: argparse.Namespace) -> int:
     else:
         mem = health.get("memory_estimate", {}).get("total_bytes", 0)
         sys.stdout.write(
-            f"status {health['status']}: {health['active_messages']} messages in {health['session_count']} "
-            f"sessions ({health['deleted_messages']} deleted), log {health['log_size']} bytes, "
+            f"status {health['status']}: {counted(health['active_messages'], 'message')} in "
+            f"{counted(health['session_count'], 'session')} ({health['deleted_messages']} deleted), "
+            f"log {health['log_size']} bytes, "
             f"snapshot {health['snapshot_size']} bytes, memory ~{mem // (1 << 20)} MiB\n")
         if health.get("last_error"):
             sys.stdout.write(f"last error: {health['last_error']}\n")
@@ -553,7 +555,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         summary = s.get("representative_summary") or ""
         summary = summary.get("content", "") if isinstance(summary, dict) else str(summary)
         sys.stdout.write(f"{_when(s.get('started_at'))} .. {_when(s.get('last_message_at'))}  "
-                         f"{s['session_id']}  {s['message_count']} messages\n")
+                         f"{s['session_id']}  {counted(s['message_count'], 'message')}\n")
         if summary:
             sys.stdout.write(f"  {_snippet(summary, None)}\n")
     if not sessions:
@@ -796,6 +798,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Absolute, so the banner and the host configuration it prints name the real place.
     args.data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
+    if args.data_dir.exists() and not args.data_dir.is_dir():
+        _fail(f"{args.data_dir} is not a directory: the data directory (--data-dir) is a "
+              "directory of its own, created if missing", EXIT_USAGE)
+    logger.info("data directory: %s", args.data_dir)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -41,6 +42,7 @@ from . import bulk, snapshots, views
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
 from .records import RecordReader, message, metadata_of, new_record
+from ..wording import counted
 from ..typed import (DeleteAnswer, HealthAnswer, ImportItem, ImportOutcome, MetadataInput,
                     ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
                     WriteAnswer)
@@ -76,12 +78,17 @@ class MemoryStore:
         else:
             prepare_data_dir(directory)
             self._dirlock = DirLock(directory, lock_note)
+        started = time.perf_counter()
         try:
             with self._mutex:  # a background verifier started by _open waits for it to finish
                 self._open()
         except BaseException:
             self._dirlock.release()
             raise
+        log.info("opened %s%s in %.0f ms: %s in %s, log %d bytes", directory,
+                 " read-only" if read_only else "", (time.perf_counter() - started) * 1000,
+                 counted(self._catalog.index.n_live, "message"),
+                 counted(self._catalog.sessions.live_sessions, "session"), self._log.size)
 
     def __enter__(self) -> "MemoryStore":
         return self
@@ -145,6 +152,8 @@ class MemoryStore:
             self._clock = UlidClock.from_meta(meta.get("ulid_last"))
             self._verify_covered(start)
         replayed = recovery.replay(self._log, self._catalog, start, self._findings)
+        log.debug("%s: %s, %d log records replayed after it", self.directory,
+                  "snapshot loaded" if loaded is not None else "no usable snapshot", replayed)
         cat = self._catalog
         cat.unsaved_records = 0
         if replayed or loaded is None and self._log.size > codec.LOG_HEADER_SIZE:

@@ -82,6 +82,8 @@ class SharedStore:
             sock = self._connect()
             if sock is not None:
                 self._sock = sock
+                log.info("%s is owned by another convmem process; calls are relayed to it",
+                         self.directory)
                 return
             try:
                 store = MemoryStore.open(self.directory, lock_note=SHARED_NOTE)
@@ -96,8 +98,9 @@ class SharedStore:
                 # A convmem process holds it and is opening the store (recovery): wait for its
                 # socket.
                 if time.monotonic() > deadline:
-                    raise ConvMemError(BUSY, f"the data directory is held by a process that does not "
-                                             f"serve it ({exc.message})") from None
+                    # (exc.message names the pid already: said once, not twice)
+                    raise ConvMemError(BUSY, f"{exc.message}, which has not served it to other "
+                                             f"processes within {self._attach_seconds:g} s") from None
                 time.sleep(pause)
                 pause = min(pause * 2, 0.1)
                 continue
@@ -109,7 +112,7 @@ class SharedStore:
                 raise ConvMemError(BUSY, f"cannot serve the store to other processes: "
                                          f"{exc.strerror or exc}") from exc
             self._local, self._listener = store, listener
-            log.info("convmem: this process (pid %d) owns %s", os.getpid(), self.directory)
+            log.info("this process (pid %d) owns %s", os.getpid(), self.directory)
             return
 
     def _connect(self) -> socket.socket | None:
