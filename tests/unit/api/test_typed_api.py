@@ -162,3 +162,42 @@ def test_the_view_hint_reaches_mcp_clients(store):
     outcome = run_tool(store, "read_messages", {"session_id": 7})
     assert json.loads(outcome.text)["error"]["message"] == "session_id must be a string"
     assert not run_tool(store, "read_messages", {"view": "sessions"}).is_error
+
+
+# -- bulk import, as the README describes it ------------------------------------------------------
+def _item(i: int, **extra: Any) -> dict[str, Any]:
+    return {"session_id": "bulk", "role": "user", "content": f"item {i}", **extra}
+
+
+def test_import_messages_returns_the_count_and_stops_at_the_first_bad_group(store):
+    assert store.import_messages([_item(i) for i in range(5)], batch_size=2) == 5
+    read: list[int] = []
+
+    def items():
+        for i in range(10):
+            read.append(i)
+            yield _item(i, role="robot") if i == 3 else _item(i)
+
+    with pytest.raises(ConvMemError) as info:
+        store.import_messages(items(), batch_size=2)
+    assert info.value.code == "VALIDATION_ERROR" and "role" in info.value.message
+    history = store.read_messages(session_id="bulk")["history"]
+    # group [0, 1] stays imported; group [2, 3] is not written at all; nothing after it is read
+    assert len(history) == 5 + 2
+    assert read == [0, 1, 2, 3]
+
+
+def test_import_message_batch_answers_per_item(store):
+    from convmem.api.bulk import PRESENT
+
+    first = store.import_message_batch([_item(0, message_id="01ARZ3NDEKTSV4RRFFQ69G5FAV")])
+    assert first == [None]
+    answers = store.import_message_batch(
+        [_item(1), _item(2, role="robot"), _item(0, message_id="01ARZ3NDEKTSV4RRFFQ69G5FAV")],
+        existing="compare")
+    assert answers[0] is None and answers[2] is PRESENT
+    assert isinstance(answers[1], ConvMemError) and answers[1].code == "VALIDATION_ERROR"
+    assert len(store.read_messages(session_id="bulk")["history"]) == 2  # the bad one skipped
+    nothing = store.import_message_batch([_item(3), _item(4, content="")], all_or_nothing=True)
+    assert nothing[0] is None and nothing[1].code == "VALIDATION_ERROR"
+    assert len(store.read_messages(session_id="bulk")["history"]) == 2
