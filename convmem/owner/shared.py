@@ -308,8 +308,10 @@ def _alive(sock: socket.socket) -> bool:
 
 
 def _given(args: dict[str, Any]) -> dict[str, Any]:
-    """A method's keyword arguments that were given (None means "not given", as in MemoryStore)."""
-    return {name: value for name, value in args.items() if name != "self" and value is not None}
+    """A method's keyword arguments (its locals() but self), None values included: a required
+    argument given as None must reach the store, which refuses it by name (VALIDATION_ERROR);
+    dropped, it would make the store's call itself fail."""
+    return {name: value for name, value in args.items() if name != "self"}
 
 
 def _by_size(items: Sequence[Any], limit: int) -> Iterator[list[Any]]:

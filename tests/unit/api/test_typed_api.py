@@ -201,3 +201,14 @@ def test_import_message_batch_answers_per_item(store):
     nothing = store.import_message_batch([_item(3), _item(4, content="")], all_or_nothing=True)
     assert nothing[0] is None and nothing[1].code == "VALIDATION_ERROR"
     assert len(store.read_messages(session_id="bulk")["history"]) == 2
+
+
+def test_a_required_argument_given_as_none_is_named_through_a_shared_store(tmp_path):
+    with SharedStore.open(tmp_path) as owner, SharedStore.open(tmp_path) as relay:
+        for store in (owner, relay):
+            with pytest.raises(ConvMemError) as info:
+                store.write_message(session_id=None, role="user", content="x")  # type: ignore[arg-type]
+            assert (info.value.code, info.value.message) == ("VALIDATION_ERROR", "session_id must be a string")
+            with pytest.raises(ConvMemError) as info:
+                store.search_messages(query=None)  # type: ignore[arg-type]
+            assert info.value.code == "VALIDATION_ERROR" and info.value.message.startswith("query")
