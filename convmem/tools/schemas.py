@@ -67,6 +67,10 @@ def _either(options: tuple[str, ...]) -> str:
     return "|".join(options)
 
 
+def _bytes(n: int) -> str:
+    return f"{n >> 20} MiB" if n % (1 << 20) == 0 else f"{n} bytes"
+
+
 def _range(bounds: tuple[int, int | None, int]) -> str:
     lo, hi, default = bounds
     return f"{lo}-{hi}, default {default}" if hi is not None else f"at least {lo}, default {default}"
@@ -121,7 +125,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
                 "session_id": _SESSION_ID,
                 "role": {"type": "string", "enum": list(ROLES),
                          "description": f"Author role: {_either(ROLES)}."},
-                "content": _string("Message text, 1 byte to 1 MiB of UTF-8.", minLength=1, maxLength=MAX_CONTENT_BYTES),
+                "content": _string(f"Message text, 1 byte to {_bytes(MAX_CONTENT_BYTES)} of UTF-8.",
+                                   minLength=1, maxLength=MAX_CONTENT_BYTES),
                 "metadata_json": _METADATA_JSON,
             },
             ("session_id", "role", "content"),
@@ -139,7 +144,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         input_schema=_object(
             {
                 "message_id": _message_id("ULID of the message to update."),
-                "content": _string("New content, up to 1 MiB of UTF-8.", minLength=1, maxLength=MAX_CONTENT_BYTES),
+                "content": _string(f"New content, up to {_bytes(MAX_CONTENT_BYTES)} of UTF-8.",
+                                   minLength=1, maxLength=MAX_CONTENT_BYTES),
                 "metadata_json": _METADATA_JSON,
                 "expected_revision": _integer("Required current revision.", 1),
             },

@@ -132,3 +132,18 @@ def test_min_importance_is_inclusive(store):
     found = _ids(store.search_messages(query="note", min_importance=60))
     assert found == [at["message"]["message_id"]]
     assert low["message"]["message_id"] not in found
+
+
+def test_descriptions_state_the_limits_of_domain_py():
+    from convmem.domain import (IMPORTANCE, MAX_RELATIONS, MAX_SESSION_BYTES, MAX_SOURCES,
+                                MAX_SUMMARY_BYTES, MAX_TAG_BYTES, MAX_TAGS, MAX_TOOL_CALL_ID_BYTES)
+
+    text = TOOLS_BY_NAME["write_message"].input_schema["properties"]["metadata_json"]["description"]
+    for phrase in (f"tool_call_id (string, up to {MAX_TOOL_CALL_ID_BYTES} bytes)",
+                   f"up to {MAX_TAGS} non-empty strings of up to {MAX_TAG_BYTES} bytes",
+                   f"importance (integer {IMPORTANCE[0]}-{IMPORTANCE[1]}, default {IMPORTANCE[2]})",
+                   f"up to {MAX_SUMMARY_BYTES} bytes", f"up to {MAX_RELATIONS} objects",
+                   f"up to {MAX_SOURCES} ULIDs"):
+        assert phrase in text, phrase
+    assert f"1-{MAX_SESSION_BYTES} UTF-8 bytes" in TOOLS_BY_NAME["write_message"].input_schema[
+        "properties"]["session_id"]["description"]
