@@ -20,6 +20,7 @@ import orjson
 
 from convmem import __version__
 from convmem.errors import ConvMemError
+from convmem.wording import counted
 
 logger = logging.getLogger("convmem.cli")
 
@@ -152,7 +153,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         store = _open_store(data_dir)
     finally:
         importer.join()
-    interrupted = False
+    interrupted = 0
     try:
         if args.transport == "http":
             from convmem.server import serve_http
@@ -170,11 +171,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             try:
-                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce, catalog)
+                stopped_by = serve_http(store, __version__, args.host, args.port, tokens,
+                                        args.log_level, announce, catalog)
             except OSError as exc:  # mostly: the port is taken or the address is not ours
                 _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
-        else:
-            interrupted = _serve_stdio(store, __version__, data_dir, catalog)
+            return _signal_status(stopped_by)
+        interrupted = _serve_stdio(store, __version__, data_dir, catalog)
     finally:
         store.close()
     if interrupted:
@@ -182,8 +184,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the interpreter would wait for it until Enter. The store is closed: leave now.
         logging.shutdown()
         sys.stderr.flush()
-        os._exit(130 if interrupted == signal.SIGINT else EXIT_OK)
+        os._exit(_signal_status(interrupted))
     return EXIT_OK
+
+
+def _signal_status(sig: int | None) -> int:
+    """A server's exit status, the same for both transports: 0 when stopped by SIGTERM (a host
+    or a service manager ending it) or by end of input, 130 after Ctrl-C (SIGINT)."""
+    return 130 if sig == signal.SIGINT else EXIT_OK
 
 
 def _relay_stdio(data_dir: Path, toolsets: tuple[str, ...]) -> int | None:
@@ -511,8 +519,9 @@ def cmd_health(args: argparse.Namespace) -> int:
     else:
         mem = health.get("memory_estimate", {}).get("total_bytes", 0)
         sys.stdout.write(
-            f"status {health['status']}: {health['active_messages']} messages in {health['session_count']} "
-            f"sessions ({health['deleted_messages']} deleted), log {health['log_size']} bytes, "
+            f"status {health['status']}: {counted(health['active_messages'], 'message')} in "
+            f"{counted(health['session_count'], 'session')} ({health['deleted_messages']} deleted), "
+            f"log {health['log_size']} bytes, "
             f"snapshot {health['snapshot_size']} bytes, memory ~{mem // (1 << 20)} MiB\n")
         if health.get("last_error"):
             sys.stdout.write(f"last error: {health['last_error']}\n")
@@ -553,7 +562,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         summary = s.get("representative_summary") or ""
         summary = summary.get("content", "") if isinstance(summary, dict) else str(summary)
         sys.stdout.write(f"{_when(s.get('started_at'))} .. {_when(s.get('last_message_at'))}  "
-                         f"{s['session_id']}  {s['message_count']} messages\n")
+                         f"{s['session_id']}  {counted(s['message_count'], 'message')}\n")
         if summary:
             sys.stdout.write(f"  {_snippet(summary, None)}\n")
     if not sessions:
@@ -798,6 +807,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # Absolute, so the banner and the host configuration it prints name the real place.
     args.data_dir = (args.data_dir or default_data_dir()).expanduser().absolute()
+    if args.data_dir.exists() and not args.data_dir.is_dir():
+        _fail(f"{args.data_dir} is not a directory: the data directory (--data-dir) is a "
+              "directory of its own, created if missing", EXIT_USAGE)
+    logger.info("data directory: %s", args.data_dir)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ integers, and None means "not given".
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 import re
 from typing import Any
@@ -137,6 +138,23 @@ def json_arg(name: str, value: Any) -> Any:
         raise fail(f"{name} must be valid JSON") from None
 
 
+# What each read_messages view cannot answer without, and where a caller gets it: the error of
+# a view called without it says both (a missing argument is not just "must be a string").
+VIEW_NEEDS = {
+    "history": ("session_id", "or use view=sessions to list sessions"),
+    "content": ("message_id", "a message's id, from search_messages or view=history"),
+    "context": ("message_id", "a message's id, from search_messages or view=history"),
+}
+
+
+def view_argument(view: str, value: Any) -> None:
+    """VALIDATION_ERROR when `view` needs an argument that was not given (None)."""
+    needs = VIEW_NEEDS.get(view)
+    if needs is not None and value is None:
+        name, hint = needs
+        raise fail(f"view={view} needs {name} ({hint})")
+
+
 # -- metadata -------------------------------------------------------------------------------
 @dataclass(slots=True)
 class Metadata:
@@ -172,6 +190,7 @@ _FIELD_TYPES = {
 
 def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
     """Validate a metadata object; returns only the fields it sets, normalised.
+    (`name`: the argument named in errors.)
 
     A field given as null is refused, naming the field and its type (it is never read as "the
     default": a client that means "no tags" says `[]`). An empty summary or tool_call_id unsets it.
@@ -183,7 +202,7 @@ def metadata_fields(value: Any, name: str = "metadata_json") -> dict[str, Any]:
     for key, val in value.items():
         check = fast(key)
         if check is None:
-            shown = key if len(key) <= 64 and key.isidentifier() else "(unnamed)"
+            shown = key if isinstance(key, str) and len(key) <= 64 and key.isidentifier() else "(unnamed)"
             raise fail(f"{name}: unknown field {shown}; allowed fields are {', '.join(METADATA_FIELDS)}")
         if val is None:
             raise _null_field(name, key)
@@ -277,6 +296,21 @@ def _metadata_field(name: str, key: str, val: Any) -> Any:
     if not isinstance(val, list) or len(val) > MAX_SOURCES:
         raise fail(f"{where} must be an array of at most {MAX_SOURCES} ULIDs")
     return [ulid(f"{where}[]", u) for u in val]
+
+
+def metadata_argument(metadata: Any, metadata_json: Any) -> dict[str, Any] | None:
+    """The metadata fields a write or update sets: from `metadata` (an object, in-process callers)
+    or `metadata_json` (its JSON text, what MCP sends); None when neither is given. Giving both is
+    an error rather than a merge or a silent winner, since either could be the caller's intent."""
+    if metadata is not None and metadata_json is not None:
+        raise fail("give metadata or metadata_json, not both")
+    if metadata is not None:
+        if isinstance(metadata, Mapping) and not isinstance(metadata, dict):
+            metadata = dict(metadata)  # (a TypedDict is a dict; any other mapping is copied)
+        return metadata_fields(metadata, "metadata")
+    if metadata_json is not None:
+        return metadata_fields(json_arg("metadata_json", metadata_json))
+    return None
 
 
 def _null_field(name: str, key: str) -> ConvMemError:

@@ -16,6 +16,7 @@ from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES, MAX_TIM
 from ..ids import UlidClock
 from ..errors import CONFLICT, ConvMemError
 from .records import message, new_record
+from ..typed import _Marker
 
 EXPORT_FIELDS = ("message_id", "session_id", "timestamp", "role", "content", "metadata",
                  "revision", "updated_at")
@@ -54,20 +55,8 @@ def export_item(message: dict[str, Any]) -> dict[str, Any]:
     return {name: message[name] for name in EXPORT_FIELDS}
 
 
-class _Answer:
-    """A non-error answer of import_message_batch(existing="compare") for an item not written."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return self.name
-
-
-PRESENT = _Answer("PRESENT")  # the id is stored and every field the item gives is equal
-DELETED = _Answer("DELETED")  # the id was stored and deleted since: not imported again
+PRESENT = _Marker("PRESENT")  # the id is stored and every field the item gives is equal
+DELETED = _Marker("DELETED")  # the id was stored and deleted since: not imported again
 
 _META_FIELDS = (("tool_call_id", R_TOOL_CALL_ID), ("tags", R_TAGS), ("memory_tier", R_TIER),
                 ("memory_kind", R_KIND), ("importance", R_IMPORTANCE), ("summary", R_SUMMARY),
@@ -96,12 +85,12 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 1000) -> int:
+def import_all(store: Any, items: Iterable[Any], batch_size: int = 1000) -> int:
     """import_messages for any store with import_message_batch and checkpoint (MemoryStore,
     SharedStore): groups of `batch_size`, all or nothing each; the first invalid item raises its
     ConvMemError (earlier groups stay imported); a snapshot at the end. Returns the count."""
     total = 0
-    batch: list[dict[str, Any]] = []
+    batch: list[Any] = []
     for item in itertools.chain(items, [None]):
         if item is not None:
             batch.append(item)
@@ -115,7 +104,7 @@ def import_all(store: Any, items: Iterable[dict[str, Any]], batch_size: int = 10
     return total
 
 
-def compare_existing(reader: Any, item: dict[str, Any], rec: Record, earlier: Record | None) -> Any:
+def compare_existing(reader: Any, item: Any, rec: Record, earlier: Record | None) -> Any:
     """import_message_batch(existing="compare")'s answer for an id already taken: PRESENT when
     the stored message (or `earlier` in the same batch) equals the item in every field it gives,
     DELETED when it was deleted, else a CONFLICT whose `.existing` is the stored message."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -26,10 +27,8 @@ from ..catalog.catalog import Catalog
 from ..catalog.docs import (R_CONTENT, R_RELATIONS, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
                             R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare,
                             tag_hashes)
-from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
-                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_REVISION,
-                      MAX_SESSION_BYTES,
-                      MIN_IMPORTANCE, RELATION_DEPTH, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT, VIEWS)
+from ..domain import (MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_REVISION, MAX_SESSION_BYTES,
+                      MIN_IMPORTANCE, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT)
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
 from ..store import compaction, maintenance, recovery
@@ -44,6 +43,10 @@ from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
 from .recall import RecallTools
 from .records import RecordReader, message, metadata_of, new_record
+from ..wording import counted
+from ..typed import (DeleteAnswer, HealthAnswer, ImportItem, ImportOutcome, MetadataInput,
+                    ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
+                    WriteAnswer)
 
 log = logging.getLogger("convmem")
 
@@ -77,12 +80,17 @@ class MemoryStore(RecallTools):
         else:
             prepare_data_dir(directory)
             self._dirlock = DirLock(directory, lock_note)
+        started = time.perf_counter()
         try:
             with self._mutex:  # a background verifier started by _open waits for it to finish
                 self._open()
         except BaseException:
             self._dirlock.release()
             raise
+        log.info("opened %s%s in %.0f ms: %s in %s, log %d bytes", directory,
+                 " read-only" if read_only else "", (time.perf_counter() - started) * 1000,
+                 counted(self._catalog.index.n_live, "message"),
+                 counted(self._catalog.sessions.live_sessions, "session"), self._log.size)
 
     def __enter__(self) -> "MemoryStore":
         return self
@@ -146,6 +154,8 @@ class MemoryStore(RecallTools):
             self._clock = UlidClock.from_meta(meta.get("ulid_last"))
             self._verify_covered(start)
         replayed = recovery.replay(self._log, self._catalog, start, self._findings)
+        log.debug("%s: %s, %d log records replayed after it", self.directory,
+                  "snapshot loaded" if loaded is not None else "no usable snapshot", replayed)
         cat = self._catalog
         cat.unsaved_records = 0
         if replayed or loaded is None and self._log.size > codec.LOG_HEADER_SIZE:
@@ -398,15 +408,17 @@ class MemoryStore(RecallTools):
     # =====================================================================================
     # Tools
     # =====================================================================================
+    # Each tool takes keyword arguments named as in tools/list, annotated with the intended
+    # types (api/typed.py); every value is still checked here, as MCP clients send anything.
+    # In-process callers may give `metadata` as a dict instead of the metadata_json text.
     @once_more
-    def write_message(self, *, session_id: Any = None, role: Any = None, content: Any = None,
-                      metadata_json: Any = None) -> dict[str, Any]:
+    def write_message(self, *, session_id: str, role: Role, content: str,
+                      metadata_json: str | None = None,
+                      metadata: MetadataInput | None = None) -> WriteAnswer:
         session = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
         role_i = v.role(role)
         body = v.string("content", content, min_bytes=1, max_bytes=MAX_CONTENT_BYTES)
-        fields = {} if metadata_json is None else v.metadata_fields(
-            v.json_arg("metadata_json", metadata_json))
-        meta = v.apply_metadata(None, fields)
+        meta = v.apply_metadata(None, v.metadata_argument(metadata, metadata_json) or {})
         with self._mutex:
             self._check_open()
             cat = self._catalog
@@ -433,16 +445,16 @@ class MemoryStore(RecallTools):
             return answer
 
     @once_more
-    def update_message(self, *, message_id: Any = None, content: Any = None,
-                       metadata_json: Any = None, expected_revision: Any = None) -> dict[str, Any]:
+    def update_message(self, *, message_id: str, content: str | None = None,
+                       metadata_json: str | None = None, expected_revision: int | None = None,
+                       metadata: MetadataInput | None = None) -> UpdateAnswer:
         ulid = v.ulid("message_id", message_id)
         if content is not None:
             content = v.string("content", content, min_bytes=1, max_bytes=MAX_CONTENT_BYTES)
-        fields = None if metadata_json is None else v.metadata_fields(
-            v.json_arg("metadata_json", metadata_json))
+        fields = v.metadata_argument(metadata, metadata_json)
         expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
         if content is None and fields is None:
-            raise v.fail("update_message needs content or metadata_json")
+            raise v.fail("update_message needs content or metadata_json (or metadata)")
         with self._mutex:
             self._check_open()
             cat = self._catalog
@@ -478,7 +490,7 @@ class MemoryStore(RecallTools):
             return answer
 
     @once_more
-    def delete_message(self, *, message_id: Any = None, session_id: Any = None) -> dict[str, Any]:
+    def delete_message(self, *, message_id: str, session_id: str | None = None) -> DeleteAnswer:
         ulid = v.ulid("message_id", message_id)
         guard = None
         if session_id is not None:
@@ -499,42 +511,25 @@ class MemoryStore(RecallTools):
             self._after_write()
             return {"status": "OK"}
 
-    def read_messages(self, *, view: Any = None, limit: Any = None, cursor: Any = None,
-                      session_id: Any = None, message_id: Any = None, content_offset: Any = None,
-                      content_limit: Any = None, expected_revision: Any = None, before: Any = None,
-                      after: Any = None, relation_depth: Any = None,
-                      relation_types_json: Any = None) -> dict[str, Any]:
-        view = v.choice("view", view, VIEWS, default=VIEWS[0])
-        lo, hi, default = HISTORY_LIMIT
-        lim = v.integer("limit", limit, lo=lo, hi=hi, default=default)
-        if view == "history":
-            name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
-            with self._mutex:
-                self._check_open()
-                return views.history(self._reader, self._cursors, name, lim, cursor)
-        if view == "sessions":
-            with self._mutex:
-                self._check_open()
-                return views.session_list(self._reader, self._cursors, lim, cursor)
-        ulid = v.ulid("message_id", message_id)
-        if view == "content":
-            off = v.ranged("content_offset", content_offset, CONTENT_OFFSET)
-            clim = v.ranged("content_limit", content_limit, CONTENT_LIMIT)
-            expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
-            with self._mutex:
-                self._check_open()
-                return views.content_range(self._reader, ulid, off, clim, expected)
-        nb = v.ranged("before", before, CONTEXT_BEFORE)
-        na = v.ranged("after", after, CONTEXT_AFTER)
-        depth = v.ranged("relation_depth", relation_depth, RELATION_DEPTH)
-        types = v.relation_types(relation_types_json)
+    def read_messages(self, *, view: View | None = None, limit: int | None = None,
+                      cursor: str | None = None, session_id: str | None = None,
+                      message_id: str | None = None, content_offset: int | None = None,
+                      content_limit: int | None = None, expected_revision: int | None = None,
+                      before: int | None = None, after: int | None = None,
+                      relation_depth: int | None = None,
+                      relation_types_json: str | None = None) -> ReadAnswer:
+        """One of four views (views.py); each names what it needs when it is not given."""
+        run = views.request(view, limit, cursor, session_id, message_id, content_offset,
+                            content_limit, expected_revision, before, after, relation_depth,
+                            relation_types_json)
         with self._mutex:
             self._check_open()
-            return views.context(self._reader, ulid, nb, na, depth, types)
+            return run(self._reader, self._cursors)
 
-    def search_messages(self, *, query: Any = None, session_id: Any = None,
-                        filters_json: Any = None, min_importance: Any = None,
-                        context_size: Any = None, limit: Any = None) -> dict[str, Any]:
+    def search_messages(self, *, query: str, session_id: str | None = None,
+                        filters_json: str | None = None, min_importance: int | None = None,
+                        context_size: int | None = None,
+                        limit: int | None = None) -> SearchAnswer:
         q = v.string("query", query, min_bytes=1, max_bytes=MAX_QUERY_BYTES)
         name = None
         if session_id is not None:
@@ -605,12 +600,12 @@ class MemoryStore(RecallTools):
                 results.append(item)
         return {"results": results}
 
-    def rebuild_index(self) -> dict[str, Any]:
+    def rebuild_index(self) -> RebuildAnswer:
         with self._mutex:
             self._check_open()
             return self._rebuild()
 
-    def _rebuild(self) -> dict[str, Any]:
+    def _rebuild(self) -> RebuildAnswer:
         if self.read_only:
             raise ConvMemError(IO_ERROR, "the store is open read-only")
         self._wait_snapshot()  # (it would rename a snapshot of the old log over the new one)
@@ -645,7 +640,7 @@ class MemoryStore(RecallTools):
             "bytes_after": rebuilt.new.size,
         }
 
-    def get_system_health(self) -> dict[str, Any]:
+    def get_system_health(self) -> HealthAnswer:
         with self._mutex:
             self._check_open()
             self._reap_snapshot()
@@ -672,15 +667,17 @@ class MemoryStore(RecallTools):
     # =====================================================================================
     # Bulk import and export
     # =====================================================================================
-    def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
+    def import_messages(self, items: Iterable[ImportItem], *, batch_size: int = 1000) -> int:
         """Import dicts in groups of `batch_size`, one fdatasync per group; returns the count.
 
-        The first invalid item raises its ConvMemError (items of earlier groups stay imported).
+        Each group is all or nothing: the first invalid item raises its ConvMemError, and
+        nothing of its group is written (items of earlier groups stay imported).
         """
         return bulk.import_all(self, items, batch_size)
 
-    def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
-                             existing: str = "conflict") -> list[Any]:
+    def import_message_batch(self, items: Sequence[ImportItem], *, all_or_nothing: bool = False,
+                             existing: Literal["conflict", "compare"] = "conflict",
+                             ) -> list[ImportOutcome]:
         """Validate and append a group with one write and one fdatasync.
 
         Returns one entry per item: None when imported, else its error. Invalid items are
@@ -692,7 +689,7 @@ class MemoryStore(RecallTools):
         and otherwise a CONFLICT whose `.existing` is the stored message dict; none of these
         is written, so re-importing what is already there is not an error.
         """
-        results: list[Any] = []
+        results: list[ImportOutcome] = []
         compare = existing == "compare"
         with self._mutex:
             self._check_open()
@@ -759,7 +756,7 @@ class MemoryStore(RecallTools):
         finally:
             os.close(fd)
 
-    def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
+    def export_messages(self, session_id: str | None = None) -> Iterator[ImportItem]:
         """Live messages as import dicts, session by session (by start time), in history order."""
         with self._mutex:
             self._check_open()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,10 @@ import orjson
 
 from ..catalog.docs import FLAG_HAS_SUMMARY, R_CONTENT, R_RELATIONS, R_SUMMARY, R_ULID, Record
 from ..catalog.sessions import Session
-from ..domain import CONTEXT_MESSAGE_CAP, KINDS, RELATION_TYPES
+from .. import validation as v
+from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
+                      CONTEXT_MESSAGE_CAP, HISTORY_LIMIT, KINDS, MAX_SESSION_BYTES,
+                      RELATION_DEPTH, RELATION_TYPES, VIEWS)
 from ..errors import CONFLICT, ConvMemError
 from .._core import codec
 from ..validation import fail, ulid_str
@@ -25,6 +29,36 @@ from .records import RecordReader, message
 
 _TS = struct.Struct("<q")
 _DELETED_ENTRY_BYTES = 80  # a relation entry for a deleted message, within the budget
+
+
+# -- arguments --------------------------------------------------------------------------------
+Read = Callable[[RecordReader, Cursors], dict[str, Any]]
+
+
+def request(view: Any, limit: Any, cursor: Any, session_id: Any, message_id: Any,
+            content_offset: Any, content_limit: Any, expected_revision: Any, before: Any,
+            after: Any, relation_depth: Any, relation_types_json: Any) -> Read:
+    """read_messages' arguments checked (VALIDATION_ERROR naming the first one at fault, or what
+    the view needs and was not given), as the view to run with the store's lock held."""
+    view = v.choice("view", view, VIEWS, default=VIEWS[0])
+    lim = v.ranged("limit", limit, HISTORY_LIMIT)
+    if view == "sessions":
+        return lambda reader, cursors: session_list(reader, cursors, lim, cursor)
+    v.view_argument(view, session_id if view == "history" else message_id)
+    if view == "history":
+        name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
+        return lambda reader, cursors: history(reader, cursors, name, lim, cursor)
+    ulid = v.ulid("message_id", message_id)
+    if view == "content":
+        off = v.ranged("content_offset", content_offset, CONTENT_OFFSET)
+        clim = v.ranged("content_limit", content_limit, CONTENT_LIMIT)
+        expected = v.integer("expected_revision", expected_revision, lo=1, hi=None, default=None)
+        return lambda reader, cursors: content_range(reader, ulid, off, clim, expected)
+    nb = v.ranged("before", before, CONTEXT_BEFORE)
+    na = v.ranged("after", after, CONTEXT_AFTER)
+    depth = v.ranged("relation_depth", relation_depth, RELATION_DEPTH)
+    types = v.relation_types(relation_types_json)
+    return lambda reader, cursors: context(reader, ulid, nb, na, depth, types)
 
 
 # -- history ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._core import codec
 from ..domain import MAX_CONTENT_BYTES, MAX_TIMESTAMP_MS
+from ..wording import counted
 
 # -- marks ----------------------------------------------------------------------------------
 # The user's and the assistant's words are kind "conversation" (the default); everything else
@@ -83,7 +84,7 @@ class FileReport:
             self.examples.append(f"{where}: {reason}")
 
     def line(self) -> str:
-        parts = [f"{self.records} records", f"{self.imported} imported",
+        parts = [counted(self.records, "record"), f"{self.imported} imported",
                  f"{self.present} already present"]
         if self.updated:
             parts.append(f"{self.updated} updated")
@@ -224,3 +225,24 @@ def json_text(value: Any) -> str:
         return orjson.dumps(value).decode()
     except TypeError:
         return str(value)
+
+
+def json_problem(raw: bytes, exc: ValueError, record: bool = True) -> str:
+    """What is wrong with JSON text that orjson refused, and where, in bytes from its start:
+    invalid UTF-8 first (orjson reports it as a surrogate at "char 0"), else the syntax error.
+    A record (one line of a file) is placed by byte offset alone, so that its place inside the
+    line is never taken for the file's line and column; a whole document gets those too."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return f"invalid UTF-8 at byte offset {bad.start}{' of the line' if record else ''}"
+    pos = getattr(exc, "pos", None)
+    reason = getattr(exc, "msg", None) or str(exc)
+    if not isinstance(pos, int) or not 0 <= pos <= len(text):
+        return f"invalid JSON ({reason})"
+    offset = len(text[:pos].encode("utf-8", "surrogatepass"))  # (orjson's pos counts characters)
+    if record:
+        return f"invalid JSON at byte offset {offset} of the line: {reason}"
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"invalid JSON at line {line}, column {column} (byte offset {offset}): {reason}"

@@ -14,8 +14,8 @@ import orjson
 
 from .common import (ALTERNATES_SUFFIX, DROPPED_INJECTED, DROPPED_TOOLS, KIND_OTHER, REASONING,
                      TAG_ALTERNATE, TAG_INJECTED, TAG_REASONING, TAG_SUBAGENT, TAG_TOOL_CALL,
-                     TAG_TOOL_ERROR, TAG_TOOL_RESULT, FileReport, Options, iso_ms, json_text,
-                     make_item)
+                     TAG_TOOL_ERROR, TAG_TOOL_RESULT, FileReport, Options, iso_ms, json_problem,
+                     json_text, make_item)
 from .sources import read_lines
 
 SOURCE = "gemini"
@@ -45,7 +45,7 @@ def gemini_file(stream: IO[bytes], report: FileReport, opt: Options, path: str,
         try:
             doc = orjson.loads(rest)
         except orjson.JSONDecodeError as exc:
-            report.error = f"invalid JSON ({exc})"
+            report.error = json_problem(rest, exc, record=False)
             return
         report.records += 1
         if type(doc) is not dict:

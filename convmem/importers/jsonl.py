@@ -28,9 +28,10 @@ from convmem._core import codec
 from convmem.api.bulk import DELETED, PRESENT
 from convmem.errors import CONFLICT, ConvMemError
 from convmem.ids import now_ms
-from convmem.importers.common import iso_ms
+from convmem.importers.common import iso_ms, json_problem
 from convmem.validation import IMPORT_FIELDS as KNOWN_FIELDS
 from convmem.validation import IMPORT_REQUIRED_FIELDS as REQUIRED_FIELDS
+from convmem.wording import counted
 
 _REQUIRED = frozenset(REQUIRED_FIELDS)
 _NO_METADATA: dict[str, Any] = {}  # (stands for an absent metadata field in the fast check)
@@ -68,13 +69,14 @@ class ImportSummary:
 
     def lines(self) -> list[str]:
         """The human-readable summary: counts, then the first rejected input lines."""
-        head = f"imported {self.imported} messages, rejected {self.rejected_count} lines"
+        head = f"imported {counted(self.imported, 'message')}, rejected {counted(self.rejected_count, 'line')}"
         if self.present:
             head += f", {self.present} already present"
         out = [head]
         out += [f"line {r.line}: {r.reason}" for r in sorted(self.rejected, key=lambda r: r.line)]
         if self.rejected_count > len(self.rejected):
-            out.append(f"... and {self.rejected_count - len(self.rejected)} more rejected lines")
+            more = self.rejected_count - len(self.rejected)
+            out.append(f"... and {more} more rejected {'line' if more == 1 else 'lines'}")
         return out
 
 
@@ -217,14 +219,17 @@ def import_jsonl(store: Any, lines: Iterable[bytes], progress: ProgressBar | Non
         done_bytes += len(raw)
         if progress is not None:
             progress.update(done_bytes, number)
+        line_start = done_bytes - len(raw)  # (in the file: where this line's bytes begin)
         if number == 1 and raw.startswith(_BOM):
             raw = raw[len(_BOM) :]
+            line_start += len(_BOM)
         if not raw or raw.isspace():  # (blank: as raw.strip() would be, without the copy)
             continue
         try:
             item = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            summary.reject(number, f"invalid JSON ({exc})")
+            summary.reject(number, f"{json_problem(raw, exc)} (line starts at file byte "
+                                   f"offset {line_start})")
             continue
         problem = _shape_error(item)
         if problem is not None:

@@ -14,6 +14,7 @@ import orjson
 
 from .claude_code import ClaudeCodeParser
 from .codex import CodexParser
+from ..wording import counted
 from .common import FileReport, Options
 from .exports import chatgpt_conversations, claude_ai_conversations
 from .gemini import gemini_file
@@ -58,12 +59,12 @@ class Progress:
             self.last = now
             frac = min(self.done_bytes / self.total, 1.0) if self.total else 0.0
             bar = "#" * int(frac * 30) + "-" * (30 - int(frac * 30))
-            self.stream.write(f"\rimporting [{bar}] {frac:6.1%} {self.messages} messages, "
-                              f"{self.files} files, {rate:,.0f}/s")
+            self.stream.write(f"\rimporting [{bar}] {frac:6.1%} {counted(self.messages, 'message')}, "
+                              f"{counted(self.files, 'file')}, {rate:,.0f}/s")
             self.stream.flush()
         elif now - self.last >= self.every:
             self.last = now
-            self.stream.write(f"importing: {self.messages} messages, {self.files} files, "
+            self.stream.write(f"importing: {counted(self.messages, 'message')}, {counted(self.files, 'file')}, "
                               f"{rate:,.0f} messages/s\n")
             self.stream.flush()
 
@@ -75,7 +76,7 @@ class Progress:
         handled = imported + present + sum(r.updated for r in reports)
         text = (f"convmem import: {imported} imported, {present} already present, "
                 f"{sum(r.updated for r in reports)} updated, {skipped} skipped, "
-                f"{sum(r.rejected for r in reports)} rejected, from {len(reports)} files "
+                f"{sum(r.rejected for r in reports)} rejected, from {counted(len(reports), 'file')} "
                 f"in {secs:.2f} s ({handled / max(secs, 1e-9):,.0f} messages/s)")
         if self.tty:
             self.stream.write("\n")

@@ -308,7 +308,7 @@ class Relay:
             if self.initialized_line is not None:
                 replay.append((self.initialized_line, None))
         self.queue.extendleft(reversed(replay + reruns))
-        log.info("convmem: the store's owner ended; reattaching (%d call(s) resent)", len(reruns))
+        log.info("the store's owner ended; reattaching (%d call(s) resent)", len(reruns))
         self._use(self._attach())
 
     def _attach(self) -> socket.socket:
@@ -438,7 +438,7 @@ class Relay:
                 try:
                     self._takeover()
                 except ConvMemError as exc:
-                    log.error("convmem: cannot serve the store any more: %s: %s", exc.code, exc.message)
+                    log.error("cannot serve the store any more: %s: %s", exc.code, exc.message)
                     self._fail_all(exc)
                     return 1
 

@@ -21,15 +21,21 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import BUSY, ConvMemError
 from ..store.lock import SHARED_NOTE, holder
 from ..tools.toolsets import ALL_READ_TOOL_NAMES, ALL_TOOL_NAMES
 from . import protocol
+from ..typed import (DeleteAnswer, HealthAnswer, ImportItem, ImportOutcome, MetadataInput,
+                     ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
+                     WriteAnswer)
 from .listener import EXPORT_PAGE, OwnerListener
+
+if TYPE_CHECKING:
+    from ..api import MemoryStore  # (at run time only when needed: numpy and the core)
 
 log = logging.getLogger("convmem")
 
@@ -46,15 +52,16 @@ class SharedStore:
         self._attach_seconds = attach_seconds
         self._lock = threading.RLock()  # one relayed request at a time on the connection
         self._ids = itertools.count(1)
-        self._local: Any = None  # the MemoryStore, while this process owns it
+        self._local: MemoryStore | None = None  # while this process owns the store
         self._listener: OwnerListener | None = None
         self._sock: socket.socket | None = None
         self._closed = False
         self._attach()
 
     @classmethod
-    def open(cls, directory: str | os.PathLike[str], **kwargs: Any) -> "SharedStore":
-        return cls(Path(directory), **kwargs)
+    def open(cls, directory: str | os.PathLike[str], *,
+             attach_seconds: float = ATTACH_SECONDS) -> "SharedStore":
+        return cls(Path(directory), attach_seconds=attach_seconds)
 
     # -- ownership -----------------------------------------------------------------------
     @property
@@ -62,7 +69,7 @@ class SharedStore:
         return self._local is not None
 
     @property
-    def local_store(self) -> Any:
+    def local_store(self) -> MemoryStore | None:
         """The MemoryStore while this process owns the store, else None."""
         return self._local
 
@@ -76,6 +83,8 @@ class SharedStore:
             sock = self._connect()
             if sock is not None:
                 self._sock = sock
+                log.info("%s is owned by another convmem process; calls are relayed to it",
+                         self.directory)
                 return
             try:
                 store = MemoryStore.open(self.directory, lock_note=SHARED_NOTE)
@@ -90,8 +99,9 @@ class SharedStore:
                 # A convmem process holds it and is opening the store (recovery): wait for its
                 # socket.
                 if time.monotonic() > deadline:
-                    raise ConvMemError(BUSY, f"the data directory is held by a process that does not "
-                                             f"serve it ({exc.message})") from None
+                    # (exc.message names the pid already: said once, not twice)
+                    raise ConvMemError(BUSY, f"{exc.message}, which has not served it to other "
+                                             f"processes within {self._attach_seconds:g} s") from None
                 time.sleep(pause)
                 pause = min(pause * 2, 0.1)
                 continue
@@ -103,7 +113,7 @@ class SharedStore:
                 raise ConvMemError(BUSY, f"cannot serve the store to other processes: "
                                          f"{exc.strerror or exc}") from exc
             self._local, self._listener = store, listener
-            log.info("convmem: this process (pid %d) owns %s", os.getpid(), self.directory)
+            log.info("this process (pid %d) owns %s", os.getpid(), self.directory)
             return
 
     def _connect(self) -> socket.socket | None:
@@ -159,6 +169,7 @@ class SharedStore:
 
     def _run_local(self, op: str, args: dict[str, Any]) -> Any:
         store = self._local
+        assert store is not None
         if op == "import_message_batch":
             return store.import_message_batch(args["items"], all_or_nothing=args.get("all_or_nothing", False),
                                               existing=args.get("existing", "conflict"))
@@ -183,26 +194,41 @@ class SharedStore:
         return answer.get("ok")
 
     # -- MemoryStore's methods -----------------------------------------------------------
-    def write_message(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("write_message", kwargs)
+    # The same signatures as MemoryStore's (a test compares them); the arguments given travel
+    # to wherever the store is, which validates them.
+    def write_message(self, *, session_id: str, role: Role, content: str,
+                      metadata_json: str | None = None,
+                      metadata: MetadataInput | None = None) -> WriteAnswer:
+        return self._call("write_message", _given(locals()))
 
-    def update_message(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("update_message", kwargs)
+    def update_message(self, *, message_id: str, content: str | None = None,
+                       metadata_json: str | None = None, expected_revision: int | None = None,
+                       metadata: MetadataInput | None = None) -> UpdateAnswer:
+        return self._call("update_message", _given(locals()))
 
-    def read_messages(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("read_messages", kwargs)
+    def read_messages(self, *, view: View | None = None, limit: int | None = None,
+                      cursor: str | None = None, session_id: str | None = None,
+                      message_id: str | None = None, content_offset: int | None = None,
+                      content_limit: int | None = None, expected_revision: int | None = None,
+                      before: int | None = None, after: int | None = None,
+                      relation_depth: int | None = None,
+                      relation_types_json: str | None = None) -> ReadAnswer:
+        return self._call("read_messages", _given(locals()))
 
-    def search_messages(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("search_messages", kwargs)
+    def search_messages(self, *, query: str, session_id: str | None = None,
+                        filters_json: str | None = None, min_importance: int | None = None,
+                        context_size: int | None = None,
+                        limit: int | None = None) -> SearchAnswer:
+        return self._call("search_messages", _given(locals()))
 
-    def delete_message(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("delete_message", kwargs)
+    def delete_message(self, *, message_id: str, session_id: str | None = None) -> DeleteAnswer:
+        return self._call("delete_message", _given(locals()))
 
-    def rebuild_index(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("rebuild_index", kwargs)
+    def rebuild_index(self) -> RebuildAnswer:
+        return self._call("rebuild_index", {})
 
-    def get_system_health(self, **kwargs: Any) -> dict[str, Any]:
-        return self._call("get_system_health", kwargs)
+    def get_system_health(self) -> HealthAnswer:
+        return self._call("get_system_health", {})
 
     def __getattr__(self, name: str) -> Any:
         """The tools of the optional toolsets (tools/toolsets.py), relayed like the seven."""
@@ -219,30 +245,28 @@ class SharedStore:
     def backup(self, dest: str | os.PathLike[str]) -> dict[str, Any]:
         return self._call("backup", {"dest": os.fspath(Path(dest).absolute())})
 
-    def import_message_batch(self, items: list[dict[str, Any]], *, all_or_nothing: bool = False,
-                             existing: str = "conflict") -> list[Any]:
+    def import_message_batch(self, items: Sequence[ImportItem], *, all_or_nothing: bool = False,
+                             existing: Literal["conflict", "compare"] = "conflict",
+                             ) -> list[ImportOutcome]:
         """MemoryStore.import_message_batch, here or at the owner (in parts of bounded size)."""
         if self.is_owner:
             return self._call("import_message_batch", {"items": items, "all_or_nothing": all_or_nothing,
                                                        "existing": existing})
-        out: list[Any] = []
+        out: list[ImportOutcome] = []
         for part in _by_size(items, IMPORT_BATCH_BYTES) if not all_or_nothing else [items]:
             answers = self._call("import_message_batch", {"items": part, "all_or_nothing": all_or_nothing,
                                                           "existing": existing})
             out += protocol.decode_import_answers(answers)
         return out
 
-    def import_messages(self, items: Iterable[dict[str, Any]], *, batch_size: int = 1000) -> int:
-        """Import dicts in groups of `batch_size`, one fdatasync per group; returns the count.
-
-        The first invalid item raises its ConvMemError (items of earlier groups stay imported).
-        """
+    def import_messages(self, items: Iterable[ImportItem], *, batch_size: int = 1000) -> int:
+        """MemoryStore.import_messages, here or at the owner."""
         from ..api import bulk  # (numpy and the core: not on the relay's fast path)
 
         return bulk.import_all(self, items, batch_size)
 
-    def export_messages(self, session_id: str | None = None) -> Iterator[dict[str, Any]]:
-        if self.is_owner:
+    def export_messages(self, session_id: str | None = None) -> Iterator[ImportItem]:
+        if self._local is not None:
             yield from self._local.export_messages(session_id)
             return
         key = self._call("export_start", {"session_id": session_id})
@@ -290,9 +314,16 @@ def _alive(sock: socket.socket) -> bool:
         return False
 
 
-def _by_size(items: list[dict[str, Any]], limit: int) -> Iterator[list[dict[str, Any]]]:
+def _given(args: dict[str, Any]) -> dict[str, Any]:
+    """A method's keyword arguments (its locals() but self), None values included: a required
+    argument given as None must reach the store, which refuses it by name (VALIDATION_ERROR);
+    dropped, it would make the store's call itself fail."""
+    return {name: value for name, value in args.items() if name != "self"}
+
+
+def _by_size(items: Sequence[Any], limit: int) -> Iterator[list[Any]]:
     """Consecutive parts of `items` of at most `limit` bytes of content each (at least one item)."""
-    part: list[dict[str, Any]] = []
+    part: list[Any] = []
     size = 0
     for item in items:
         n = 6 * len(str(item.get("content", ""))) + 1024 if isinstance(item, dict) else 1024

@@ -41,9 +41,19 @@ from .tokens import WRITE_SCOPE
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "convmem"
+# What a host shows the model about the server as a whole. Static text (never stored content);
+# a test checks that every tool and argument it names exists in tools/list.
 INSTRUCTIONS = (
-    "Conversation memory. Store messages with write_message, find them with search_messages, "
-    "page through a session or the session list with read_messages. Every result is a JSON text."
+    "Conversation memory that outlives the conversation. Save what is worth remembering with "
+    "write_message (one session_id per conversation; metadata_json adds tags, memory_kind, "
+    "memory_tier and importance). Find it again with search_messages: any query word matches, "
+    "best match first; filters_json narrows by kind, tier or tag. read_messages pages through "
+    "one session (view=history with session_id), lists the sessions (view=sessions), reads a "
+    "long message in parts (view=content) or shows a message with its neighbours and relations "
+    "(view=context). update_message changes a message and delete_message removes it; "
+    "get_system_health and rebuild_index are for maintenance. Every result is one JSON text; an "
+    'error is {"status":"ERROR","error":{"code","message"}}, and a VALIDATION_ERROR names the '
+    "argument at fault."
 )
 
 def _tool(spec: ToolSpec) -> types.Tool:

@@ -586,6 +586,7 @@ class _Server(uvicorn.Server):
     runs (the store's log is append-only and fsynced per write, so nothing acknowledged is lost)."""
 
     watchdog: threading.Timer | None = None
+    stopped_by: int | None = None  # the first signal received (the caller's exit status)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
@@ -596,6 +597,8 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: Any) -> None:
         if self.should_exit:
             self.force_exit = True
+        if self.stopped_by is None:
+            self.stopped_by = sig
         super().handle_exit(sig, frame)
         if self.watchdog is None:
             self.watchdog = threading.Timer(FORCE_EXIT_AFTER, _force_exit)
@@ -618,8 +621,9 @@ def serve_http(
     log_level: str,
     announce: Callable[[str], None],
     catalog: ToolCatalog = CONTRACT,
-) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn's graceful shutdown, bounded). `announce` receives the URL."""
+) -> int | None:
+    """Serve until SIGINT/SIGTERM (uvicorn's graceful shutdown, bounded); returns the signal that
+    stopped it (None: stopped otherwise). `announce` receives the URL."""
     check_bind(host, tokens)
     rate_limit_client_triggered_logs()
     sock = bind_socket(host, port)
@@ -652,3 +656,4 @@ def serve_http(
             server.watchdog.cancel()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return server.stopped_by

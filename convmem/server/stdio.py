@@ -57,6 +57,13 @@ MAX_LINE_BYTES = MAX_REQUEST_BODY
 # nothing; each unanswered request may hold an answer of up to the 8 MiB response budget.
 MAX_IN_FLIGHT = 16
 _OVERLONG_PREFIX = 4096  # bytes kept of an overlong line, to find its request id
+# Said once on stderr when a person types at a server whose stdin is a terminal.
+TERMINAL_HINT = (
+    "convmem: that line is not JSON-RPC. This server expects an MCP host to send it JSON-RPC "
+    "messages, one per line; typed text is answered with a parse error and otherwise ignored. "
+    "See `convmem --help` for commands a person can use (search, sessions, show). "
+    "Press Ctrl-D or Ctrl-C to stop.\n"
+)
 
 
 def _recover_lone_surrogates(item: SessionMessage | Exception) -> SessionMessage | Exception:
@@ -317,6 +324,9 @@ class LineReadStream(_ReadStreamProtocol):
     A line longer than `max_line` bytes is not buffered: its first bytes are kept, the rest is
     discarded up to the next newline, and `reply` (the connection's write stream) gets a JSON-RPC
     error for it, addressed to the request's id if the kept bytes name one.
+
+    With `terminal` (stdin is a terminal: a person typing), the first line that is not JSON-RPC
+    also gets TERMINAL_HINT on stderr, once; such lines are then logged at debug level only.
     """
 
     def __init__(
@@ -324,10 +334,13 @@ class LineReadStream(_ReadStreamProtocol):
         flow: StdioFlow | None = None,
         reply: Callable[[SessionMessage], Awaitable[None]] | None = None,
         max_line: int = MAX_LINE_BYTES,
+        terminal: bool = False,
     ) -> None:
         self._flow = flow
         self._reply = reply
         self._max_line = max_line
+        self._terminal = terminal
+        self._hinted = False
         self._lines: deque[bytes | _Overlong] = deque()
         self._partial = bytearray()
         self._discarding: bytes | None = None  # the kept start of an overlong line being skipped
@@ -390,7 +403,14 @@ class LineReadStream(_ReadStreamProtocol):
         except (ValueError, RecursionError):
             code, what = types.PARSE_ERROR, "not valid JSON"
         request_id = request_id_from_prefix(raw[:_OVERLONG_PREFIX])
-        logger.warning("answered a stdin line that is %s (request id %r)", what, request_id)
+        if self._terminal:
+            if not self._hinted:
+                self._hinted = True
+                sys.stderr.write(TERMINAL_HINT)
+                sys.stderr.flush()
+            logger.debug("answered a stdin line that is %s (request id %r)", what, request_id)
+        else:
+            logger.warning("answered a stdin line that is %s (request id %r)", what, request_id)
         if self._reply is None:
             return
         error = types.JSONRPCError(jsonrpc="2.0", id=request_id,
@@ -651,7 +671,7 @@ async def serve_stdio(store: Any, version: str, catalog: ToolCatalog = CONTRACT)
     with _ClaimedStdio(nonblocking=on_loop) as (in_fd, out_fd):
         flow = StdioFlow()
         write_stream = writer(out_fd, flow=flow)
-        read_stream = reader(in_fd, flow=flow, reply=write_stream.send)
+        read_stream = reader(in_fd, flow=flow, reply=write_stream.send, terminal=os.isatty(in_fd))
         await server.run(read_stream, write_stream, options)
 
 

@@ -68,7 +68,7 @@ def _lock_or_busy(fd: int, mode: int, path: Path) -> None:
         holder = _read_pid(fd)
         os.close(fd)
         who = f"process {holder}" if holder else "another process"
-        raise ConvMemError(BUSY, f"data directory is in use by {who}") from None
+        raise ConvMemError(BUSY, f"the data directory is in use by {who}") from None
     except OSError as exc:
         os.close(fd)
         raise ConvMemError(IO_ERROR, f"cannot lock {path}: {exc.strerror or exc}") from exc

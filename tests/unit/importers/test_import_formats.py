@@ -291,7 +291,7 @@ def test_convmem_jsonl_times_and_reimport(store: MemoryStore) -> None:
     assert ts["offset time"] == 1772452803000
     again = import_jsonl(store, data + [b'{"session_id": "notes", "role": "user", "content": "new"}\n'])
     assert (again.imported, again.present, again.rejected_count) == (1, 6, 0)
-    assert again.lines()[0] == "imported 1 messages, rejected 0 lines, 6 already present"
+    assert again.lines()[0] == "imported 1 message, rejected 0 lines, 6 already present"
 
 
 def test_convmem_jsonl_conflicts_counted_first_shown(store: MemoryStore) -> None:
