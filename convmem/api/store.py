@@ -21,15 +21,13 @@ from typing import Any, TypeVar
 import numpy as np
 
 from .. import validation as v
-from .._core import codec, tokenizer
+from .._core import codec
 from ..catalog.catalog import Catalog
-from ..catalog.docs import (R_CONTENT, R_RELATIONS, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
-                            R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare,
-                            tag_hashes)
+from ..catalog.docs import (R_CONTENT, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
+                            R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare)
 from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
-                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_REVISION,
-                      MAX_SESSION_BYTES,
-                      MIN_IMPORTANCE, RELATION_DEPTH, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT, VIEWS)
+                      HISTORY_LIMIT, MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES,
+                      ORDERS, RELATION_DEPTH, SNIPPET_BYTES, VIEWS)
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
 from ..store import compaction, maintenance, recovery
@@ -39,9 +37,9 @@ from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
-from . import bulk, snapshots, views
+from . import bulk, search, snapshots, views
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
-from .paging import Budget, Cursors, json_bound
+from .paging import Cursors
 from .records import RecordReader, message, metadata_of, new_record
 
 log = logging.getLogger("convmem")
@@ -50,7 +48,6 @@ log = logging.getLogger("convmem")
 LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
                   CURSOR_KEY_NAME + ".tmp")
-SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
 _T = TypeVar("_T")
 
 
@@ -501,19 +498,24 @@ class MemoryStore:
                       session_id: Any = None, message_id: Any = None, content_offset: Any = None,
                       content_limit: Any = None, expected_revision: Any = None, before: Any = None,
                       after: Any = None, relation_depth: Any = None,
-                      relation_types_json: Any = None) -> dict[str, Any]:
+                      relation_types_json: Any = None, order: Any = None,
+                      snippet_bytes: Any = None) -> dict[str, Any]:
+        """order (history, sessions) and snippet_bytes (sessions): the extended schema's."""
         view = v.choice("view", view, VIEWS, default=VIEWS[0])
         lo, hi, default = HISTORY_LIMIT
         lim = v.integer("limit", limit, lo=lo, hi=hi, default=default)
+        desc = v.choice("order", order, ORDERS, default=ORDERS[0]) == "desc"
         if view == "history":
             name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
             with self._mutex:
                 self._check_open()
-                return views.history(self._reader, self._cursors, name, lim, cursor)
+                return views.history(self._reader, self._cursors, name, lim, cursor, desc)
         if view == "sessions":
+            snip = v.integer("snippet_bytes", snippet_bytes, lo=SNIPPET_BYTES[0],
+                             hi=SNIPPET_BYTES[1], default=None)
             with self._mutex:
                 self._check_open()
-                return views.session_list(self._reader, self._cursors, lim, cursor)
+                return views.session_list(self._reader, self._cursors, lim, cursor, desc, snip)
         ulid = v.ulid("message_id", message_id)
         if view == "content":
             off = v.ranged("content_offset", content_offset, CONTENT_OFFSET)
@@ -532,76 +534,14 @@ class MemoryStore:
 
     def search_messages(self, *, query: Any = None, session_id: Any = None,
                         filters_json: Any = None, min_importance: Any = None,
-                        context_size: Any = None, limit: Any = None) -> dict[str, Any]:
-        q = v.string("query", query, min_bytes=1, max_bytes=MAX_QUERY_BYTES)
-        name = None
-        if session_id is not None:
-            name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
-        flt = v.filters(filters_json)
-        min_imp = v.ranged("min_importance", min_importance, MIN_IMPORTANCE)
-        ctx = v.ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
-        lim = v.ranged("limit", limit, SEARCH_LIMIT)
-        keys = tokenizer.query_keys(q)
-        filter_tags = tag_hashes(flt.tags)
-        results: list[dict[str, Any]] = []
+                        context_size: Any = None, limit: Any = None, snippet_bytes: Any = None,
+                        cursor: Any = None) -> dict[str, Any]:
+        """snippet_bytes and cursor: the extended schema's (docs/SERVER.md); see api/search.py."""
+        req = search.parse(query, session_id, filters_json, min_importance, context_size, limit,
+                           snippet_bytes, cursor)
         with self._mutex:
             self._check_open()
-            cat, reader = self._catalog, self._reader
-            session_num = -1
-            session_docs = None
-            if name is not None:
-                s = cat.sessions.get(name)
-                if s is None or s.n == 0:
-                    return {"results": results}
-                session_num = s.num
-                if s.n <= SESSION_DOCS_MAX:
-                    # The index may score just these instead of scanning postings for them.
-                    session_docs = cat.session_docs(s)
-            if len(keys) == 0:
-                return {"results": results}
-            search_args = dict(session=session_num, kind_mask=flt.kind_mask,
-                               tier_mask=flt.tier_mask, min_importance=min_imp,
-                               tag_hashes=filter_tags, session_docs=session_docs)
-            try:
-                docs, scores, parts = cat.index.search(keys, lim, **search_args)
-            except ValueError as exc:
-                if not is_index_damage(exc):
-                    raise
-                # A posting list of the mapped snapshot failed its check on first use: it is
-                # never read. The state is rebuilt from the log (the truth) and the query runs
-                # there; health reports the damage.
-                self._index_damaged(exc)
-                cat, reader = self._catalog, self._reader
-                if name is not None:
-                    s = cat.sessions.get(name)
-                    search_args["session"] = s.num
-                    if session_docs is not None:
-                        search_args["session_docs"] = cat.session_docs(s)
-                docs, scores, parts = cat.index.search(keys, lim, **search_args)
-            budget = Budget(results)
-            offsets = cat.doc_offset.data[docs].tolist()
-            lengths = cat.doc_len.data[docs].tolist()
-            decode = codec.decode_message
-            for i, (doc, score, (c, sm, tg)) in enumerate(zip(docs.tolist(), scores.tolist(),
-                                                             parts.tolist())):
-                rec = reader.at(offsets[i], lengths[i], decode)
-                item = message(rec)
-                item["score"] = score
-                item["score_breakdown"] = {"content": c, "summary": sm, "tags": tg}
-                item["matched_fields"] = [f for f, x in (("content", c), ("summary", sm),
-                                                         ("tags", tg)) if x > 0.0]
-                item["relation_count"] = len(rec[R_RELATIONS])
-                if ctx > 0:
-                    before, after, _ = cat.neighbours(int(cat.doc_slot.data[doc]), ctx, ctx)
-                    item["context_preview"] = {
-                        "before": [reader.message_of_slot(sl) for sl in before],
-                        "after": [reader.message_of_slot(sl) for sl in after],
-                    }
-                bound = None if ctx > 0 else json_bound(lengths[i])
-                if not budget.take(item, bound):
-                    break
-                results.append(item)
-        return {"results": results}
+            return search.run(self, req)
 
     def rebuild_index(self) -> dict[str, Any]:
         with self._mutex:

@@ -202,7 +202,9 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 
 # The seven tools as `--toolsets core` lists them: the contract's schemas plus optional arguments
 # that an old client, not sending them, never notices (docs/SERVER.md lists each one).
-EXTENDED_TOOL_SPECS: tuple[ToolSpec, ...] = TOOL_SPECS
+from .extended import extend  # noqa: E402 (builds on the definitions above)
+
+EXTENDED_TOOL_SPECS: tuple[ToolSpec, ...] = extend(TOOL_SPECS)
 
 TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}
 READ_TOOL_NAMES: frozenset[str] = frozenset(spec.name for spec in TOOL_SPECS if not spec.writes)
