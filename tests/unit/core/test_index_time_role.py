@@ -156,3 +156,20 @@ def test_an_older_arrays_format_is_refused() -> None:
     for mod in (compiled, twin):
         with pytest.raises(ValueError, match="format"):
             mod.SearchIndex.from_arrays(arrays)
+
+
+def test_a_format_3_snapshot_is_re_derived_from_the_log(tmp_path) -> None:
+    """Snapshot sections with format-3 index arrays (no roles) are not current: the store then
+    re-derives its state from the log (Catalog.snapshot_is_current, checked at open)."""
+    from convmem import MemoryStore
+    from convmem.catalog.catalog import Catalog
+
+    path = tmp_path / "s"
+    with MemoryStore.open(path) as store:
+        for i in range(6):
+            store.write_message(session_id="a", role=("user", "assistant", "system")[i % 3],
+                                content="word")
+        meta, arrays = store._catalog.snapshot_state()
+    assert Catalog.snapshot_is_current(meta, arrays)
+    arrays["ix.format"] = np.array(3, dtype=np.int64)
+    assert not Catalog.snapshot_is_current(meta, arrays)
