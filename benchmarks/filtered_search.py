@@ -18,8 +18,9 @@ Filters: the newest 30 % / 5 % of the store's time span (`after`), a window in t
 queries keep their own kinds / tiers / tags / session filters (about a quarter have some), so
 "unfiltered" means without time and role filters. Reports p50 / p95 per variant and the ratio of
 each filtered p50 to the unfiltered p50 (target: within 1.5x), and how many results each returned
-(a filter must not shorten pages: the count is min(20, matches)). Prints JSON; writes it to
-`--results` only when given.
+(a filter must not shorten pages: the count is min(20, matches)), and what a search cursor costs
+(`cursor`: the plain call, a paged search's first page and its third page, for the queries that
+have one). Prints JSON; writes it to `--results` only when given.
 """
 from __future__ import annotations
 
@@ -130,7 +131,34 @@ def run(store: convmem.MemoryStore, queries: list[dict[str, Any]], rounds: int) 
                             "ratio_p50": round(p50 / base, 3)}
     for name in names:
         out["variants"][name]["results_mean"] = round(statistics.mean(counts[name]), 2)
+    out["cursor"] = cursor_pages(store, queries, rounds)
     return out
+
+
+def cursor_pages(store: convmem.MemoryStore, queries: list[dict[str, Any]],
+                 rounds: int) -> dict[str, Any]:
+    """Paged search: the plain call, the first page of a paged one (cursor "") and page 3 (its
+    cursor made beforehand), interleaved per query, whole calls: what a cursor costs."""
+    third: list[tuple[dict[str, Any], str]] = []
+    for q in queries:
+        c = store.search_messages(**q, cursor="").get("nextCursor")
+        c = c and store.search_messages(**q, cursor=c).get("nextCursor")
+        if c:
+            third.append((q, c))
+    times: dict[str, list[float]] = {"plain": [], "page_1": [], "page_3": []}
+    for r in range(rounds + 1):
+        for q, c in third:
+            for name, kw in (("plain", {}), ("page_1", {"cursor": ""}), ("page_3", {"cursor": c})):
+                t0 = time.perf_counter()
+                store.search_messages(**q, **kw)
+                if r:
+                    times[name].append((time.perf_counter() - t0) * 1e3)
+    base = statistics.median(times["plain"])
+    return {"queries_with_a_third_page": len(third),
+            **{name: {"p50_ms": round(statistics.median(t), 4),
+                      "p95_ms": round(float(np.percentile(t, 95)), 4),
+                      "ratio_p50": round(statistics.median(t) / base, 3)}
+               for name, t in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
