@@ -45,6 +45,11 @@ RELATION_DEPTH = (0, 2, 1)
 SEARCH_LIMIT = (1, 100, 20)
 SEARCH_CONTEXT_SIZE = (0, 3, 0)
 MIN_IMPORTANCE = (0, 100, 0)
+# Optional arguments of the extended schemas (--toolsets; docs/SERVER.md)
+SNIPPET_BYTES = (64, 65536, None)  # search_messages / sessions view: cut text to this many bytes
+SEARCH_CURSOR_DEPTH = 10_000  # results a search cursor pages through, at most
+MAX_SEARCH_CURSOR_CHARS = 16_384  # a search cursor carries its query's statistics
+ORDERS = ("asc", "desc")  # read_messages order (history, sessions)
 
 # -- answers ------------------------------------------------------------------------------------
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB of items, keeping room for the envelope

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, NotRequired, TypedDict, get_args
 
-from .domain import KINDS, RELATION_TYPES, ROLES, TIERS, VIEWS
+from .domain import KINDS, ORDERS, RELATION_TYPES, ROLES, TIERS, VIEWS
 from .errors import ConvMemError
 
 Role = Literal["user", "assistant", "system"]
@@ -17,9 +17,10 @@ Kind = Literal["conversation", "episode", "semantic", "procedure", "preference",
 Tier = Literal["short", "mid", "long", "discard"]
 RelationType = Literal["depends_on", "derived_from", "supersedes", "related_to"]
 View = Literal["history", "content", "context", "sessions"]
+Order = Literal["asc", "desc"]
 # Literal needs the values written out; these keep them equal to the vocabulary in domain.py.
 for _literal, _values in ((Role, ROLES), (Kind, KINDS), (Tier, TIERS),
-                          (RelationType, RELATION_TYPES), (View, VIEWS)):
+                          (RelationType, RELATION_TYPES), (View, VIEWS), (Order, ORDERS)):
     assert get_args(_literal) == _values, (_literal, _values)
 
 

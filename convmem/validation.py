@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 import re
 from typing import Any
 
@@ -17,7 +18,8 @@ from ._core import codec
 from .domain import (ALL_KINDS_MASK, IMPORTANCE, ALL_RELATION_TYPES_MASK, ALL_TIERS_MASK, KINDS,
                      MAX_FILTER_VALUES, MAX_JSON_ARG_BYTES, MAX_RELATION_TYPE_VALUES,
                      MAX_RELATIONS, MAX_SOURCES, MAX_SUMMARY_BYTES, MAX_TAG_BYTES, MAX_TAGS,
-                     MAX_TOOL_CALL_ID_BYTES, RELATION_TYPES, ROLES, TIERS)
+                     MAX_TIMESTAMP_MS, MAX_TOOL_CALL_ID_BYTES, RELATION_TYPES, ROLES,
+                     TIERS)
 from .errors import VALIDATION_ERROR, ConvMemError
 
 ulid_str = codec.ulid_str  # the text form of ids (through the core switch: compiled or twin)
@@ -36,6 +38,8 @@ _ULID_RE = re.compile(r"[0-7][0-9A-HJKMNP-TV-Z]{25}")
 _ROLE_INDEX = {r: i for i, r in enumerate(ROLES)}
 _KIND_INDEX = {k: i for i, k in enumerate(KINDS)}
 _TIER_INDEX = {t: i for i, t in enumerate(TIERS)}
+ALL_ROLES_MASK = (1 << len(ROLES)) - 1
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def fail(message: str) -> ConvMemError:
@@ -354,6 +358,39 @@ class Filters:
     kind_mask: int = ALL_KINDS_MASK
     tier_mask: int = ALL_TIERS_MASK
     tags: list[str] = field(default_factory=list)
+    # created_at (the message's timestamp) in [after, before): None = unbounded
+    after: int | None = None
+    before: int | None = None
+    role_mask: int = ALL_ROLES_MASK
+
+
+FILTER_FIELDS = ("kinds", "tiers", "tags", "after", "before", "roles")
+
+
+def instant(name: str, value: Any) -> int:
+    """A point in time as epoch milliseconds: an integer 0..MAX_TIMESTAMP_MS, or an ISO-8601
+    string with a date, a time and a timezone (`Z` or an offset). A string finer than a
+    millisecond is rounded up: timestamps are whole milliseconds, so `created_at >= t` and
+    `created_at < t` then select exactly the messages they select with the exact instant."""
+    if type(value) is int:
+        if not 0 <= value <= MAX_TIMESTAMP_MS:
+            raise fail(f"{name} must be epoch milliseconds in 0..{MAX_TIMESTAMP_MS}")
+        return value
+    if not isinstance(value, str) or len(value) > 64:
+        raise fail(f"{name} must be epoch milliseconds (integer) or an ISO-8601 string")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise fail(f"{name} must be an ISO-8601 date and time with a timezone, "
+                   "e.g. 2026-12-01T09:30:00Z") from None
+    if when.tzinfo is None:  # (a date alone never has one)
+        raise fail(f"{name} must include a time and a timezone (Z or an offset such as +09:00)")
+    delta = when - _EPOCH
+    us = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    ms = -(-us // 1000)
+    if ms < 0:
+        raise fail(f"{name} must not be before 1970-01-01T00:00:00Z")
+    return ms
 
 
 def filters(value: Any) -> Filters:
@@ -364,11 +401,23 @@ def filters(value: Any) -> Filters:
         raise fail("filters_json must be a JSON object")
     out = Filters()
     for key, val in obj.items():
-        if key not in ("kinds", "tiers", "tags"):
-            raise fail("filters_json: unknown field; allowed fields are kinds, tiers, tags")
+        if key not in FILTER_FIELDS:
+            raise fail("filters_json: unknown field; allowed fields are "
+                       + ", ".join(FILTER_FIELDS))
         if val is None:
             continue
         where = f"filters_json.{key}"
+        if key in ("after", "before"):
+            setattr(out, key, instant(where, val))
+            continue
+        if key == "roles":
+            if not isinstance(val, list) or len(val) > MAX_FILTER_VALUES:
+                raise fail(f"{where} must be an array of: {', '.join(ROLES)}")
+            mask = 0
+            for r in val:
+                mask |= 1 << ROLES.index(choice(f"{where}[]", r, ROLES))
+            out.role_mask = mask or ALL_ROLES_MASK  # an empty list does not constrain
+            continue
         if key == "tags":
             if not isinstance(val, list) or len(val) > MAX_TAGS:
                 raise fail(f"{where} must be an array of at most {MAX_TAGS} strings")
@@ -384,6 +433,8 @@ def filters(value: Any) -> Filters:
             out.kind_mask = mask or ALL_KINDS_MASK  # an empty list does not constrain
         else:
             out.tier_mask = mask or ALL_TIERS_MASK
+    if out.after is not None and out.before is not None and out.after > out.before:
+        raise fail("filters_json.after must not be later than filters_json.before")
     return out
 
 

@@ -9,7 +9,7 @@ from convmem._core.score cimport Group, Query
 
 
 cdef enum:
-    IX_ARRAYS_FORMAT = 3
+    IX_ARRAYS_FORMAT = 4     # 4: doc_meta holds the role (bits 5-6)
     IX_TABLE_MIN = 1024     # smallest term hash table (slots)
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
@@ -77,6 +77,9 @@ cdef class SearchIndex:
     cdef readonly int64_t last_windows_skipped
     cdef readonly int64_t last_blocks_skipped
     cdef readonly int64_t last_docs_skipped
+    # The statistics the last search scored with (search's `stats` argument takes them back):
+    # (n_live, (content, summary, tags token totals), df of each distinct query key ascending).
+    cdef readonly object last_stats
 
     cdef void _own(self, GArr* a, int64_t itemsize, int part) noexcept
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
@@ -89,8 +92,9 @@ cdef class SearchIndex:
     cdef int _set_segments(self, list segs) except -1
     cdef int _maybe_merge(self) except -1
     cdef int _grow_scratch(self) except -1
-    cdef int _prepare(self, Query* q) except -1
-    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1
+    cdef int _prepare(self, Query* q, int64_t n, const int64_t* sum_len) except -1
+    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,
+                              const int64_t* fdf, int64_t nfdf, list out_df) except -1
     cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
                        int f) except -1
     cdef int _build_cx(self) except -1

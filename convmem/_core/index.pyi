@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-ARRAYS_FORMAT: int  # 3: the layout of to_arrays(); from_arrays refuses others (ValueError)
+ARRAYS_FORMAT: int  # 4: the layout of to_arrays() (4: role in doc_meta bits 5-6); from_arrays refuses others (ValueError)
 FIELDS: tuple[str, str, str]  # ("content", "summary", "tags")
 
 class DamagedPostings(ValueError): ...  # a list found damaged on first use (never read)
@@ -25,6 +25,9 @@ class SearchIndex:
     last_windows_skipped: int
     last_blocks_skipped: int
     last_docs_skipped: int
+    # (n_live, token totals per field, df per distinct query key ascending) the last search scored
+    # with; None when it returned early (k == 0, no keys). `search(stats=...)` takes it back.
+    last_stats: tuple[int, tuple[int, int, int], tuple[int, ...]] | None
     def __init__(
         self,
         k1: float = 1.2,
@@ -48,6 +51,7 @@ class SearchIndex:
         importance: int,
         timestamp: int,
         ulid: bytes,
+        role: int = 0,  # 0..2 (domain.ROLES)
     ) -> None: ...
     # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
     # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
@@ -74,6 +78,11 @@ class SearchIndex:
         tag_hashes: _Keys | None = None,
         exhaustive: bool = False,
         session_docs: _Keys | None = None,
+        ts_lo: int | None = None,  # timestamp >= ts_lo
+        ts_hi: int | None = None,  # timestamp < ts_hi
+        role_mask: int = 0x07,  # bit r: role r
+        doc_limit: int = -1,  # >= 0: only docs below it
+        stats: tuple[int, Sequence[int], Sequence[int]] | None = None,  # an earlier last_stats
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
     def merge_segments(self) -> None: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...

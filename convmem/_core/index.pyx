@@ -38,7 +38,7 @@ index holds the index's own lock, so threads may share an index (one operation a
 cimport numpy as cnp
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
 from libc.math cimport log
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
@@ -271,14 +271,15 @@ cdef class SearchIndex:
     # -- adding and removing --------------------------------------------------------------------
 
     def add(self, int64_t doc, content_keys, summary_keys, tag_keys, tag_hashes, int64_t session,
-            int kind, int tier, int importance, int64_t timestamp, ulid) -> None:
+            int kind, int tier, int importance, int64_t timestamp, ulid, int role=0) -> None:
         """Add doc number `doc` (must be `n_docs`); keys are uint64 arrays (docs/DESIGN.md 1)."""
         with self._lock:
             self._add(doc, content_keys, summary_keys, tag_keys, tag_hashes, session, kind, tier,
-                      importance, timestamp, ulid)
+                      importance, timestamp, ulid, role)
 
     def _add(self, int64_t doc, content_keys, summary_keys, tag_keys, tag_hashes,
-             int64_t session, int kind, int tier, int importance, int64_t timestamp, ulid):
+             int64_t session, int kind, int tier, int importance, int64_t timestamp, ulid,
+             int role):
         cdef const uint64_t[::1] ck = _keys_array(content_keys)
         cdef const uint64_t[::1] sk = _keys_array(summary_keys)
         cdef const uint64_t[::1] tk = _keys_array(tag_keys)
@@ -289,8 +290,8 @@ cdef class SearchIndex:
         cdef uint32_t* df
         if doc != n:
             raise ValueError(f"doc must be {n} (the next doc id), got {doc}")
-        if not 0 <= kind <= 5 or not 0 <= tier <= 3:
-            raise ValueError("kind must be in 0..5 and tier in 0..3")
+        if not 0 <= kind <= 5 or not 0 <= tier <= 3 or not 0 <= role <= 2:
+            raise ValueError("kind must be in 0..5, tier in 0..3 and role in 0..2")
         if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
             raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
         if len(ub) != IX_ULID:
@@ -313,7 +314,7 @@ cdef class SearchIndex:
         if nt + th.shape[0] > 0xFFFFFFFF:
             raise OverflowError("too many tag hashes")
         garr_reserve(&self._tag_val, nt + th.shape[0])
-        (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3)
+        (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3) | (role << 5)
         (<uint8_t*>self._imp.data)[n] = importance
         (<int32_t*>self._sess.data)[n] = <int32_t>session
         (<int64_t*>self._ts.data)[n] = timestamp
@@ -664,14 +665,15 @@ cdef class SearchIndex:
             self._qlen.len = self._qlen2.len = n
         return 0
 
-    cdef int _prepare(self, Query* q) except -1:
+    cdef int _prepare(self, Query* q, int64_t n, const int64_t* sum_len) except -1:
+        """The query's statistics (n live docs and the fields' token totals: the index's own, or
+        a search cursor's frozen ones), doc columns and buffer."""
         cdef int f, m
-        cdef int64_t n = self._n_live
         q.k1 = self._k1
         for f in range(3):
             q.w[f] = self._w[f]
             q.b[f] = self._b[f]
-            q.avgdl[f] = (<double>self._sum_len[f]) / (<double>n) if self._sum_len[f] != 0 else 1.0
+            q.avgdl[f] = (<double>sum_len[f]) / (<double>n) if sum_len[f] != 0 else 1.0
             q.c0[f] = 1.0 - q.b[f]
             q.cb[f] = q.b[f] / q.avgdl[f]
         q.n_live = n
@@ -700,11 +702,14 @@ cdef class SearchIndex:
                 q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
         return 0
 
-    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk) except -1:
+    cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,
+                              const int64_t* fdf, int64_t nfdf, list out_df) except -1:
         """Resolve the query into groups (docs/SCORING.md) with their posting lists, df and idf.
 
         Groups that occur in no live doc are left out: they add nothing to any score, and their
-        large idf would only loosen the pruning bounds.
+        large idf would only loosen the pruning bounds. With fdf (nfdf values, one per distinct
+        key ascending: a search cursor's frozen statistics) the groups take those df instead;
+        out_df, when given, gets the df of every distinct key (0 for those left out).
         """
         cdef uint64_t* keys
         cdef int64_t nu = 0, i, ki, s, T = self._t_keys.len, pos, added, t, G = 0, li, df, bi
@@ -738,6 +743,8 @@ cdef class SearchIndex:
         self._q_terms.len = 0
         self._q_lists.len = 0
         garr_reserve(&self._q_groups, nu)
+        if nfdf >= 0 and nfdf != nu:
+            raise ValueError(f"stats hold {nfdf} df values for {nu} distinct query keys")
         for i in range(nu):
             key = keys[i]
             g = <Group*>self._q_groups.data + G
@@ -786,8 +793,12 @@ cdef class SearchIndex:
                         self._add_list(q, g, fp, li, s, f)
             g.list_hi = self._q_lists.len
             if g.key_hi - g.key_lo == 0:
+                if out_df is not None:
+                    out_df.append(0)
                 continue
-            if g.key_hi - g.key_lo == 1:
+            if fdf != NULL:
+                df = fdf[i]
+            elif g.key_hi - g.key_lo == 1:
                 df = (<uint32_t*>self._t_df.data)[(<uint32_t*>self._q_terms.data)[g.key_lo]]
             elif df0 >= 0:                             # segments hold disjoint doc ranges
                 rest.key_lo = g.key_lo
@@ -800,6 +811,8 @@ cdef class SearchIndex:
                 with nogil:
                     df = _group_df(q, g, <const PList*>self._q_lists.data,
                                    <const uint32_t*>self._q_terms.data)
+            if out_df is not None:
+                out_df.append(df)
             if df == 0:
                 continue
             g.df = df
@@ -831,21 +844,30 @@ cdef class SearchIndex:
 
     def search(self, query_keys, Py_ssize_t k, int64_t session=-1, int64_t kind_mask=0x3F,
                int64_t tier_mask=0x0F, int64_t min_importance=0, tag_hashes=None,
-               bint exhaustive=False, session_docs=None):
+               bint exhaustive=False, session_docs=None, ts_lo=None, ts_hi=None,
+               int64_t role_mask=0x07, int64_t doc_limit=-1, stats=None):
         """Top k live docs for the query keys, best first: (docs, scores, breakdown[n, 3]).
 
         `session_docs` (with session >= 0) may list the session's docs in ascending order, every
         one of them (others are ignored by the session filter anyway): when they are few next to
         the postings, only they are scored. The result is the same either way.
+        `ts_lo` / `ts_hi`: only docs with ts_lo <= timestamp < ts_hi; `role_mask`: bit r for
+        role r; `doc_limit` >= 0: only docs below it. `stats`: score with these statistics (a
+        `last_stats` value of an earlier search of the same keys) instead of the index's own.
+        Every filter is checked inside the scoring loops, so it never shortens the top k.
         """
         with self._lock:
             return self._search(query_keys, k, session, kind_mask, tier_mask, min_importance,
-                                tag_hashes, exhaustive, session_docs)
+                                tag_hashes, exhaustive, session_docs, ts_lo, ts_hi, role_mask,
+                                doc_limit, stats)
 
     def _search(self, query_keys, Py_ssize_t k, int64_t session, int64_t kind_mask,
                 int64_t tier_mask, int64_t min_importance, tag_hashes, bint exhaustive,
-                session_docs):
+                session_docs, ts_lo, ts_hi, int64_t role_mask, int64_t doc_limit, stats):
         cdef const uint64_t[::1] qk = _keys_array(query_keys)
+        cdef const int64_t[::1] fdf = None
+        cdef int64_t n_stat = self._n_live
+        cdef int64_t sum_stat[3]
         cdef const uint32_t[::1] cand = None
         cdef const uint32_t* cand_p = NULL
         cdef const uint64_t[::1] tg = _keys_array(() if tag_hashes is None else tag_hashes)
@@ -863,6 +885,17 @@ cdef class SearchIndex:
         cdef bint pruned
         if k < 0:
             raise ValueError("k must be >= 0")
+        for j in range(3):
+            sum_stat[j] = self._sum_len[j]
+        if stats is not None:
+            n_stat = int(stats[0])
+            for j in range(3):
+                sum_stat[j] = int(stats[1][j])
+            fdf = np.ascontiguousarray(stats[2], dtype=np.int64)
+            if n_stat < 0 or any(sum_stat[j] < 0 for j in range(3)) \
+                    or (fdf.shape[0] and int(np.min(fdf)) < 0):
+                raise ValueError("bad stats")
+        self.last_stats = None
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
@@ -874,16 +907,25 @@ cdef class SearchIndex:
         if k == 0 or qk.shape[0] == 0:
             return _empty_result()
         self._grow_scratch()
-        self._prepare(&q)
+        self._prepare(&q, n_stat, sum_stat)
         for m in range(256):
             q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
-                           and (tier_mask >> ((m >> 3) & 3)) & 1 == 1)
+                           and (tier_mask >> ((m >> 3) & 3)) & 1 == 1
+                           and (role_mask >> ((m >> 5) & 3)) & 1 == 1)
         q.session = session
         q.min_imp = <int32_t>max(-1, min(min_importance, 101))
         q.tags = _ptr(tg)
         q.n_tags = tg.shape[0]
-        q.extra = session >= 0 or min_importance > 0 or tg.shape[0] > 0
-        G = self._make_groups(&q, _ptr(qk), qk.shape[0])
+        q.ts_lo = INT64_MIN if ts_lo is None else <int64_t>ts_lo
+        q.ts_hi = INT64_MAX if ts_hi is None else <int64_t>ts_hi
+        q.doc_hi = <uint32_t>min(doc_limit, self._n_docs) if doc_limit >= 0 else 0xFFFFFFFF
+        q.extra = (session >= 0 or min_importance > 0 or tg.shape[0] > 0 or ts_lo is not None
+                   or ts_hi is not None or doc_limit >= 0)
+        out_df = []
+        G = self._make_groups(&q, _ptr(qk), qk.shape[0],
+                              &fdf[0] if fdf is not None and fdf.shape[0] else NULL,
+                              fdf.shape[0] if fdf is not None else -1, out_df)
+        self.last_stats = (n_stat, (sum_stat[0], sum_stat[1], sum_stat[2]), tuple(out_df))
         if G == 0:
             return _empty_result()
         groups = <const Group*>self._q_groups.data
@@ -1203,8 +1245,9 @@ cdef class SearchIndex:
         if cap < IX_TABLE_MIN or cap & (cap - 1) or cap < 2 * T or int(table.max()) > T:
             raise ValueError("bad term table")
         meta = _arr(arrays, "doc_meta", np.uint8, (n,))
-        if int(np.count_nonzero(meta & IX_LIVE)) != nl or (n and int(meta.max() & 0x7F) > 0x1D):
-            raise ValueError("bad doc_meta")
+        if int(np.count_nonzero(meta & IX_LIVE)) != nl or (
+                n and (int((meta & 7).max()) > 5 or int((meta & 0x60).max()) > 0x40)):
+            raise ValueError("bad doc_meta")              # kind 0..5, role 0..2
         tag_off = _arr(arrays, "tag_offsets", np.uint32, (n + 1,))
         tag_val = _arr(arrays, "tag_hashes", np.uint64, None)
         _check_offsets(tag_off, tag_val.shape[0], "tag_offsets")

@@ -33,7 +33,7 @@ cdef enum:
     IX_BLOCK = 128          # postings per compressed block
     IX_TF_CAP = 255         # tf saturates here (one byte)
     IX_ULID = 16
-    IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, bits 3-4 tier
+    IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, 3-4 tier, 5-6 role
 
 
 # The postings of one field in one segment: terms[i] has the compressed list

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FIELDS = ("content", "summary", "tags")
-ARRAYS_FORMAT = 3
+ARRAYS_FORMAT = 4  # 4: doc_meta holds the role in bits 5-6
 BLOCK = 128  # postings per compressed block
 TF_CAP = 255
 MAX_KIND = 5
 MAX_TIER = 3
+MAX_ROLE = 2
 ULID_SIZE = 16
 LIVE_BIT = 0x80
 TABLE_MIN = 1024
@@ -155,6 +156,7 @@ class _Doc:
     importance: int
     timestamp: int
     ulid: bytes
+    role: int = 0
     live: bool = True
     keys: frozenset = field(default_factory=frozenset)  # all keys of all fields
 
@@ -191,6 +193,8 @@ class SearchIndex:
         self.last_windows_skipped = 0
         self.last_blocks_skipped = 0
         self.last_docs_skipped = 0
+        # (n_live, token totals per field, df per distinct query key ascending) of the last search
+        self.last_stats: tuple | None = None
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
@@ -208,11 +212,11 @@ class SearchIndex:
         return sum(1 for d in self._docs if d.live)
 
     def add(self, doc, content_keys, summary_keys, tag_keys, tag_hashes, session, kind, tier,
-            importance, timestamp, ulid) -> None:
+            importance, timestamp, ulid, role=0) -> None:
         if doc != len(self._docs):
             raise ValueError(f"doc must be {len(self._docs)} (the next doc id), got {doc}")
-        if not 0 <= kind <= MAX_KIND or not 0 <= tier <= MAX_TIER:
-            raise ValueError("kind must be in 0..5 and tier in 0..3")
+        if not 0 <= kind <= MAX_KIND or not 0 <= tier <= MAX_TIER or not 0 <= role <= MAX_ROLE:
+            raise ValueError("kind must be in 0..5, tier in 0..3 and role in 0..2")
         if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
             raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
         ulid = bytes(ulid)
@@ -231,7 +235,7 @@ class SearchIndex:
             tfs=tuple(tfs), lens=tuple(len(k) for k in fields),
             tags=tuple(_as_keys(tag_hashes)), session=int(session), kind=int(kind),
             tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
-            keys=frozenset().union(*fields)))
+            role=int(role), keys=frozenset().union(*fields)))
 
     def remove(self, doc: int, content_keys=None, summary_keys=None, tag_keys=None) -> None:
         """The keys, when given, must be those `add` got (the compiled module lowers df by them)."""
@@ -269,11 +273,15 @@ class SearchIndex:
             groups.append((q, frozenset(keys)))
         return groups
 
-    def _passes(self, d: _Doc, session, kind_mask, tier_mask, min_importance, tags) -> bool:
+    def _passes(self, d: _Doc, session, kind_mask, tier_mask, min_importance, tags, ts_lo,
+                ts_hi, role_mask) -> bool:
         return ((session < 0 or d.session == session)
                 and (kind_mask >> d.kind) & 1 == 1
                 and (tier_mask >> d.tier) & 1 == 1
+                and (role_mask >> d.role) & 1 == 1
                 and d.importance >= min_importance
+                and (ts_lo is None or d.timestamp >= ts_lo)
+                and (ts_hi is None or d.timestamp < ts_hi)
                 and all(t in d.tags for t in tags))
 
     def _sort_key(self, item):
@@ -283,24 +291,47 @@ class SearchIndex:
 
     def search(self, query_keys, k: int, session: int = -1, kind_mask: int = 0x3F,
                tier_mask: int = 0x0F, min_importance: int = 0, tag_hashes=None,
-               exhaustive: bool = False, session_docs=None):
+               exhaustive: bool = False, session_docs=None, ts_lo=None, ts_hi=None,
+               role_mask: int = 0x07, doc_limit: int = -1, stats=None):
+        """`stats`: (n_live, token totals per field, df per distinct query key ascending), as
+        `last_stats` holds them after a search: scores are computed with those instead."""
         if k < 0:
             raise ValueError("k must be >= 0")
+        self.last_stats = None
         tags = [] if tag_hashes is None else _as_keys(tag_hashes)
         live = [(i, d) for i, d in enumerate(self._docs) if d.live]
         n = len(live)
-        avgdl = []
-        for f in range(3):
-            total = sum(d.lens[f] for _, d in live)
-            avgdl.append(float(total) / float(n) if total != 0 else 1.0)
+        totals = [sum(d.lens[f] for _, d in live) for f in range(3)]
+        if stats is not None:
+            n, totals = int(stats[0]), [int(x) for x in stats[1]]
+            if n < 0 or min(totals) < 0 or any(int(x) < 0 for x in stats[2]):
+                raise ValueError("bad stats")
+        if min(k, self.n_live) == 0 or len(_as_keys(query_keys)) == 0:
+            return self._hits([])
+        avgdl = [float(total) / float(n) if total != 0 else 1.0 for total in totals]
         groups = []
-        for _, keys in self._groups(query_keys):
-            df = sum(1 for _, d in live if not keys.isdisjoint(d.keys))
+        dfs = []
+        qgroups = self._groups(query_keys)
+        if stats is not None and len(stats[2]) != len(qgroups):
+            raise ValueError(f"stats hold {len(stats[2])} df values for {len(qgroups)} "
+                             "distinct query keys")
+        for gi, (_, keys) in enumerate(qgroups):
+            if stats is not None:
+                df = int(stats[2][gi])
+            else:
+                df = sum(1 for _, d in live if not keys.isdisjoint(d.keys))
+            dfs.append(df)
+            if df == 0:
+                continue
             idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
             groups.append((keys, idf))
+        self.last_stats = (n, tuple(totals), tuple(dfs))
         hits = []
         for i, d in live:
-            if not self._passes(d, session, kind_mask, tier_mask, min_importance, tags):
+            if 0 <= doc_limit <= i:
+                continue
+            if not self._passes(d, session, kind_mask, tier_mask, min_importance, tags, ts_lo,
+                                ts_hi, role_mask):
                 continue
             breakdown = [0.0, 0.0, 0.0]
             matched = False
@@ -320,7 +351,10 @@ class SearchIndex:
             if matched:
                 hits.append((i, (breakdown[0] + breakdown[1]) + breakdown[2], breakdown))
         hits.sort(key=self._sort_key)
-        hits = hits[:k]
+        return self._hits(hits[:k])
+
+    @staticmethod
+    def _hits(hits: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return (np.array([h[0] for h in hits], dtype=np.int64),
                 np.array([h[1] for h in hits], dtype=np.float64),
                 np.array([h[2] for h in hits], dtype=np.float64).reshape(len(hits), 3))
@@ -387,7 +421,7 @@ class SearchIndex:
             out[f"post_terms_{name}"] = np.array(tids, dtype=np.uint32)
             out[f"post_offsets_{name}"] = offsets
             out[f"post_data_{name}"] = np.frombuffer(b"".join(lists), dtype=np.uint8).copy()
-        out["doc_meta"] = np.array([(LIVE_BIT if d.live else 0) | d.kind | (d.tier << 3)
+        out["doc_meta"] = np.array([(LIVE_BIT if d.live else 0) | d.kind | (d.tier << 3) | (d.role << 5)
                                     for d in docs], dtype=np.uint8)
         out["doc_importance"] = np.array([d.importance for d in docs], dtype=np.uint8)
         out["doc_session"] = np.array([d.session for d in docs], dtype=np.int32)
@@ -424,6 +458,7 @@ class SearchIndex:
                 tfs=tuple(tfs[i]), lens=tuple(int(x) for x in arrays["doc_lens"][i]),
                 tags=tuple(int(t) for t in arrays["tag_hashes"][tag_off[i]:tag_off[i + 1]]),
                 session=int(arrays["doc_session"][i]), kind=meta & 7, tier=(meta >> 3) & 3,
+                role=(meta >> 5) & 3,
                 importance=int(arrays["doc_importance"][i]),
                 timestamp=int(arrays["doc_timestamp"][i]),
                 ulid=arrays["doc_ulid"][i].tobytes(),

@@ -53,8 +53,11 @@ cdef struct Query:
     const uint64_t* tag_val
     # filters
     uint8_t okmeta[256]
-    bint extra              # session, importance or tag filters are active
+    bint extra              # session, importance, tag, time or doc-range filters are active
     int64_t session
+    int64_t ts_lo           # created_at (q.ts) >= ts_lo ...
+    int64_t ts_hi           # ... and < ts_hi (filters_json after / before)
+    uint32_t doc_hi         # only docs below (a search cursor's page: docs of its first page)
     int32_t min_imp
     const uint64_t* tags
     int64_t n_tags

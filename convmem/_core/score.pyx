@@ -38,9 +38,13 @@ cdef double EPS = 1e-9          # relative margin of the pruning bounds (docs/SC
 # ---- scoring kernels (nogil) -------------------------------------------------------------------
 
 cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
-    """Session, importance and tag filters (kind, tier and liveness are in q.okmeta)."""
+    """Session, importance, tag, time and doc-range filters (kind, tier, role and liveness are
+    in q.okmeta)."""
     cdef int64_t i, j, lo, hi
+    cdef int64_t ts = q.ts[d]
     cdef bint found
+    if ts < q.ts_lo or ts >= q.ts_hi or d >= q.doc_hi:
+        return False
     if q.imp[d] < q.min_imp:
         return False
     if q.session >= 0 and q.sess[d] != q.session:

@@ -76,9 +76,9 @@ class Cursors:
         mac = hmac.new(self._key, raw, hashlib.sha256).digest()[:_MAC_BYTES]
         return base64.urlsafe_b64encode(raw + mac).rstrip(b"=").decode("ascii")
 
-    def open(self, cursor: Any, kind: bytes) -> bytes:
+    def open(self, cursor: Any, kind: bytes, max_chars: int = MAX_CURSOR_CHARS) -> bytes:
         """The payload of a cursor made by `make(kind, ...)`; VALIDATION_ERROR otherwise."""
-        if not isinstance(cursor, str) or not cursor or len(cursor) > MAX_CURSOR_CHARS:
+        if not isinstance(cursor, str) or not cursor or len(cursor) > max_chars:
             raise fail("cursor must be a nextCursor value from an earlier response")
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))

@@ -22,13 +22,11 @@ from typing import Any, Literal, TypeVar
 import numpy as np
 
 from .. import validation as v
-from .._core import codec, tokenizer
+from .._core import codec
 from ..catalog.catalog import Catalog
-from ..catalog.docs import (R_CONTENT, R_RELATIONS, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
-                            R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare,
-                            tag_hashes)
-from ..domain import (MAX_CONTENT_BYTES, MAX_QUERY_BYTES, MAX_REVISION, MAX_SESSION_BYTES,
-                      MIN_IMPORTANCE, SEARCH_CONTEXT_SIZE, SEARCH_LIMIT)
+from ..catalog.docs import (R_CONTENT, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMESTAMP,
+                            R_ULID, R_UPDATED_AT, Prepared, Record, field_keys, prepare)
+from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
 from ..store import compaction, maintenance, recovery
@@ -38,14 +36,14 @@ from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
-from . import bulk, snapshots, views
+from . import bulk, search, snapshots, views
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
-from .paging import Budget, Cursors, json_bound
+from .paging import Cursors
 from .recall import RecallTools
 from .records import RecordReader, message, metadata_of, new_record
 from ..wording import counted
 from ..typed import (DeleteAnswer, HealthAnswer, ImportItem, ImportOutcome, MetadataInput,
-                    ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
+                    Order, ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
                     WriteAnswer)
 
 log = logging.getLogger("convmem")
@@ -54,7 +52,6 @@ log = logging.getLogger("convmem")
 LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
                   CURSOR_KEY_NAME + ".tmp")
-SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the index's search
 _T = TypeVar("_T")
 
 
@@ -517,88 +514,28 @@ class MemoryStore(RecallTools):
                       content_limit: int | None = None, expected_revision: int | None = None,
                       before: int | None = None, after: int | None = None,
                       relation_depth: int | None = None,
-                      relation_types_json: str | None = None) -> ReadAnswer:
-        """One of four views (views.py); each names what it needs when it is not given."""
+                      relation_types_json: str | None = None, order: Order | None = None,
+                      snippet_bytes: int | None = None) -> ReadAnswer:
+        """One of four views (views.py); each names what it needs when it is not given. `order`
+        (history, sessions) and `snippet_bytes` (sessions): the extended schema's."""
         run = views.request(view, limit, cursor, session_id, message_id, content_offset,
                             content_limit, expected_revision, before, after, relation_depth,
-                            relation_types_json)
+                            relation_types_json, order, snippet_bytes)
         with self._mutex:
             self._check_open()
             return run(self._reader, self._cursors)
 
     def search_messages(self, *, query: str, session_id: str | None = None,
                         filters_json: str | None = None, min_importance: int | None = None,
-                        context_size: int | None = None,
-                        limit: int | None = None) -> SearchAnswer:
-        q = v.string("query", query, min_bytes=1, max_bytes=MAX_QUERY_BYTES)
-        name = None
-        if session_id is not None:
-            name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
-        flt = v.filters(filters_json)
-        min_imp = v.ranged("min_importance", min_importance, MIN_IMPORTANCE)
-        ctx = v.ranged("context_size", context_size, SEARCH_CONTEXT_SIZE)
-        lim = v.ranged("limit", limit, SEARCH_LIMIT)
-        keys = tokenizer.query_keys(q)
-        filter_tags = tag_hashes(flt.tags)
-        results: list[dict[str, Any]] = []
+                        context_size: int | None = None, limit: int | None = None,
+                        snippet_bytes: int | None = None,
+                        cursor: str | None = None) -> SearchAnswer:
+        """snippet_bytes and cursor: the extended schema's (docs/SERVER.md); see api/search.py."""
+        req = search.parse(query, session_id, filters_json, min_importance, context_size, limit,
+                           snippet_bytes, cursor)
         with self._mutex:
             self._check_open()
-            cat, reader = self._catalog, self._reader
-            session_num = -1
-            session_docs = None
-            if name is not None:
-                s = cat.sessions.get(name)
-                if s is None or s.n == 0:
-                    return {"results": results}
-                session_num = s.num
-                if s.n <= SESSION_DOCS_MAX:
-                    # The index may score just these instead of scanning postings for them.
-                    session_docs = cat.session_docs(s)
-            if len(keys) == 0:
-                return {"results": results}
-            search_args = dict(session=session_num, kind_mask=flt.kind_mask,
-                               tier_mask=flt.tier_mask, min_importance=min_imp,
-                               tag_hashes=filter_tags, session_docs=session_docs)
-            try:
-                docs, scores, parts = cat.index.search(keys, lim, **search_args)
-            except ValueError as exc:
-                if not is_index_damage(exc):
-                    raise
-                # A posting list of the mapped snapshot failed its check on first use: it is
-                # never read. The state is rebuilt from the log (the truth) and the query runs
-                # there; health reports the damage.
-                self._index_damaged(exc)
-                cat, reader = self._catalog, self._reader
-                if name is not None:
-                    s = cat.sessions.get(name)
-                    search_args["session"] = s.num
-                    if session_docs is not None:
-                        search_args["session_docs"] = cat.session_docs(s)
-                docs, scores, parts = cat.index.search(keys, lim, **search_args)
-            budget = Budget(results)
-            offsets = cat.doc_offset.data[docs].tolist()
-            lengths = cat.doc_len.data[docs].tolist()
-            decode = codec.decode_message
-            for i, (doc, score, (c, sm, tg)) in enumerate(zip(docs.tolist(), scores.tolist(),
-                                                             parts.tolist())):
-                rec = reader.at(offsets[i], lengths[i], decode)
-                item = message(rec)
-                item["score"] = score
-                item["score_breakdown"] = {"content": c, "summary": sm, "tags": tg}
-                item["matched_fields"] = [f for f, x in (("content", c), ("summary", sm),
-                                                         ("tags", tg)) if x > 0.0]
-                item["relation_count"] = len(rec[R_RELATIONS])
-                if ctx > 0:
-                    before, after, _ = cat.neighbours(int(cat.doc_slot.data[doc]), ctx, ctx)
-                    item["context_preview"] = {
-                        "before": [reader.message_of_slot(sl) for sl in before],
-                        "after": [reader.message_of_slot(sl) for sl in after],
-                    }
-                bound = None if ctx > 0 else json_bound(lengths[i])
-                if not budget.take(item, bound):
-                    break
-                results.append(item)
-        return {"results": results}
+            return search.run(self, req)
 
     def rebuild_index(self) -> RebuildAnswer:
         with self._mutex:

@@ -19,12 +19,13 @@ from ..catalog.docs import FLAG_HAS_SUMMARY, R_CONTENT, R_RELATIONS, R_SUMMARY, 
 from ..catalog.sessions import Session
 from .. import validation as v
 from ..domain import (CONTENT_LIMIT, CONTENT_OFFSET, CONTEXT_AFTER, CONTEXT_BEFORE,
-                      CONTEXT_MESSAGE_CAP, HISTORY_LIMIT, KINDS, MAX_SESSION_BYTES,
-                      RELATION_DEPTH, RELATION_TYPES, VIEWS)
+                      CONTEXT_MESSAGE_CAP, HISTORY_LIMIT, KINDS, MAX_SESSION_BYTES, ORDERS,
+                      RELATION_DEPTH, RELATION_TYPES, SNIPPET_BYTES, VIEWS)
 from ..errors import CONFLICT, ConvMemError
 from .._core import codec
 from ..validation import fail, ulid_str
 from .paging import Budget, Cursors
+from .snippets import snippet
 from .records import RecordReader, message
 
 _TS = struct.Struct("<q")
@@ -37,17 +38,22 @@ Read = Callable[[RecordReader, Cursors], dict[str, Any]]
 
 def request(view: Any, limit: Any, cursor: Any, session_id: Any, message_id: Any,
             content_offset: Any, content_limit: Any, expected_revision: Any, before: Any,
-            after: Any, relation_depth: Any, relation_types_json: Any) -> Read:
+            after: Any, relation_depth: Any, relation_types_json: Any, order: Any = None,
+            snippet_bytes: Any = None) -> Read:
     """read_messages' arguments checked (VALIDATION_ERROR naming the first one at fault, or what
-    the view needs and was not given), as the view to run with the store's lock held."""
+    the view needs and was not given), as the view to run with the store's lock held. `order`
+    (history, sessions) and `snippet_bytes` (sessions) are the extended schema's."""
     view = v.choice("view", view, VIEWS, default=VIEWS[0])
     lim = v.ranged("limit", limit, HISTORY_LIMIT)
+    desc = v.choice("order", order, ORDERS, default=ORDERS[0]) == "desc"
     if view == "sessions":
-        return lambda reader, cursors: session_list(reader, cursors, lim, cursor)
+        snip = v.integer("snippet_bytes", snippet_bytes, lo=SNIPPET_BYTES[0],
+                         hi=SNIPPET_BYTES[1], default=None)
+        return lambda reader, cursors: session_list(reader, cursors, lim, cursor, desc, snip)
     v.view_argument(view, session_id if view == "history" else message_id)
     if view == "history":
         name = v.string("session_id", session_id, min_bytes=1, max_bytes=MAX_SESSION_BYTES)
-        return lambda reader, cursors: history(reader, cursors, name, lim, cursor)
+        return lambda reader, cursors: history(reader, cursors, name, lim, cursor, desc)
     ulid = v.ulid("message_id", message_id)
     if view == "content":
         off = v.ranged("content_offset", content_offset, CONTENT_OFFSET)
@@ -63,54 +69,65 @@ def request(view: Any, limit: Any, cursor: Any, session_id: Any, message_id: Any
 
 # -- history ----------------------------------------------------------------------------------
 def history(reader: RecordReader, cursors: Cursors, name: str, limit: int,
-            cursor: Any) -> dict[str, Any]:
-    """A session's live messages in history order, from the cursor's position on."""
+            cursor: Any, desc: bool = False) -> dict[str, Any]:
+    """A session's live messages in history order (newest first with `desc`), from the
+    cursor's position on. A cursor holds the last message returned (time and id), so the next
+    page starts right after it even if messages were written or deleted meanwhile."""
     cat = reader.catalog
+    kind = b"h" if desc else b"H"  # a cursor of one order is refused by the other
     scope = hashlib.sha256(name.encode("utf-8")).digest()[:8]
     s = cat.sessions.get(name)
-    start = 0
+    start = s.n - 1 if desc and s is not None else 0
     if cursor is not None:
-        raw = cursors.open(cursor, b"H")
+        raw = cursors.open(cursor, kind)
         if len(raw) != 32 or raw[:8] != scope:
             raise fail("cursor does not belong to this session's history")
         (ts,) = _TS.unpack(raw[8:16])
         if s is not None:
-            start = cat.sessions.after(s, ts, raw[16:32])
+            start = (cat.sessions.before(s, ts, raw[16:32]) if desc
+                     else cat.sessions.after(s, ts, raw[16:32]))
     out: list[dict[str, Any]] = []
     result: dict[str, Any] = {"history": out}
     if s is None:
         return result
     budget = Budget()
+    step = -1 if desc else 1
     i = start
-    while i < s.n and len(out) < limit:
+    while 0 <= i < s.n and len(out) < limit:
         msg = reader.message_of_slot(int(s.slots[i]))
         if not budget.take(msg):
             break
         out.append(msg)
-        i += 1
-    if i < s.n and out:
-        last_slot = int(s.slots[i - 1])
-        payload = scope + _TS.pack(int(s.ts[i - 1])) + cat.ulid_of(last_slot)
-        result["nextCursor"] = cursors.make(b"H", payload)
+        i += step
+    if 0 <= i < s.n and out:
+        last = i - step
+        payload = scope + _TS.pack(int(s.ts[last])) + cat.ulid_of(int(s.slots[last]))
+        result["nextCursor"] = cursors.make(kind, payload)
     return result
 
 
 # -- sessions ---------------------------------------------------------------------------------
-def session_list(reader: RecordReader, cursors: Cursors, limit: int, cursor: Any) -> dict[str, Any]:
-    """Sessions with live messages by (start time, session id), from the cursor's position on."""
+def session_list(reader: RecordReader, cursors: Cursors, limit: int, cursor: Any,
+                 desc: bool = False, snippet_bytes: int | None = None) -> dict[str, Any]:
+    """Sessions with live messages by (start time, session id), ascending or (`desc`) the most
+    recently started first, from the cursor's position on. `snippet_bytes` cuts each
+    representative_summary to that many bytes (from its start, "…" marking the cut)."""
     cat = reader.catalog
+    kind = b"s" if desc else b"S"
     order = cat.sessions.ordered()
-    start = 0
+    start = len(order) - 1 if desc else 0
     if cursor is not None:
-        raw = cursors.open(cursor, b"S")
+        raw = cursors.open(cursor, kind)
         if len(raw) < 8:
             raise fail("cursor is not valid for this request")
         (started,) = _TS.unpack(raw[:8])
-        start = bisect.bisect_right(order, (started, raw[8:], 1 << 62))
+        start = (bisect.bisect_left(order, (started, raw[8:], -1)) - 1 if desc
+                 else bisect.bisect_right(order, (started, raw[8:], 1 << 62)))
     out: list[dict[str, Any]] = []
     budget = Budget()
+    step = -1 if desc else 1
     i = start
-    while i < len(order) and len(out) < limit:
+    while 0 <= i < len(order) and len(out) < limit:
         s = cat.sessions.by_num[order[i][2]]
         item = {
             "session_id": s.name,
@@ -120,14 +137,19 @@ def session_list(reader: RecordReader, cursors: Cursors, limit: int, cursor: Any
             "started_at": s.started_at,
             "last_message_at": s.last_message_at,
         }
+        if snippet_bytes is not None:
+            text, cut, total = snippet(item["representative_summary"], snippet_bytes, ())
+            item["representative_summary"] = text
+            item["representative_summary_truncated"] = cut
+            item["representative_summary_bytes"] = total
         if not budget.take(item):
             break
         out.append(item)
-        i += 1
+        i += step
     result: dict[str, Any] = {"sessions": out}
-    if i < len(order) and out:
-        started, name_bytes, _ = order[i - 1]
-        result["nextCursor"] = cursors.make(b"S", _TS.pack(started) + name_bytes)
+    if 0 <= i < len(order) and out:
+        started, name_bytes, _ = order[i - step]
+        result["nextCursor"] = cursors.make(kind, _TS.pack(started) + name_bytes)
     return result
 
 

@@ -26,7 +26,7 @@ from ..domain import KINDS
 from ..errors import INTERNAL_ERROR, NOT_FOUND, ConvMemError
 from .columns import Column
 from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KIND, R_RELATIONS,
-                   R_REVISION, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
+                   R_REVISION, R_ROLE, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
                    FieldKeys, Prepared, Record, doc_flags, field_keys, prepare, tag_hashes,
                    tag_keys)
 from .recall_keys import RecallKeys
@@ -211,7 +211,7 @@ class Catalog:
                  prep: Prepared) -> int:
         doc = self.index.n_docs
         self.index.add(doc, *prep.keys, prep.tag_hashes, session, rec[R_KIND], rec[R_TIER],
-                       rec[R_IMPORTANCE], rec[R_TIMESTAMP], rec[R_ULID])
+                       rec[R_IMPORTANCE], rec[R_TIMESTAMP], rec[R_ULID], rec[R_ROLE])
         self.doc_offset.append(offset)
         self.doc_len.append(frame_len)
         self.doc_slot.append(slot)
@@ -280,7 +280,7 @@ class Catalog:
                 content_keys = token_keys(rec[R_CONTENT])
                 index.add(doc, content_keys,
                           token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
-                          rec[R_TIER], rec[R_IMPORTANCE], ts, ulid)
+                          rec[R_TIER], rec[R_IMPORTANCE], ts, ulid, rec[R_ROLE])
                 slot = ids.add(ulid)
                 recall_keys.append(content_keys)
                 if s is None:

@@ -172,6 +172,10 @@ class SessionIndex:
             i += 1
         return i
 
+    def before(self, s: Session, ts: int, ulid: bytes) -> int:
+        """Index of the last entry strictly before (ts, ulid); -1 when there is none."""
+        return self._position(s, ts, ulid) - 1
+
     def index_of(self, s: Session, ts: int, slot: int, ulid: bytes) -> int:
         i = self._position(s, ts, ulid)
         if i >= s.n or int(s.slots[i]) != slot:

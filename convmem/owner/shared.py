@@ -30,7 +30,7 @@ from ..store.lock import SHARED_NOTE, holder
 from ..tools.toolsets import ALL_READ_TOOL_NAMES, ALL_TOOL_NAMES
 from . import protocol
 from ..typed import (DeleteAnswer, HealthAnswer, ImportItem, ImportOutcome, MetadataInput,
-                     ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
+                     Order, ReadAnswer, RebuildAnswer, Role, SearchAnswer, UpdateAnswer, View,
                      WriteAnswer)
 from .listener import EXPORT_PAGE, OwnerListener
 
@@ -212,13 +212,15 @@ class SharedStore:
                       content_limit: int | None = None, expected_revision: int | None = None,
                       before: int | None = None, after: int | None = None,
                       relation_depth: int | None = None,
-                      relation_types_json: str | None = None) -> ReadAnswer:
+                      relation_types_json: str | None = None, order: Order | None = None,
+                      snippet_bytes: int | None = None) -> ReadAnswer:
         return self._call("read_messages", _given(locals()))
 
     def search_messages(self, *, query: str, session_id: str | None = None,
                         filters_json: str | None = None, min_importance: int | None = None,
-                        context_size: int | None = None,
-                        limit: int | None = None) -> SearchAnswer:
+                        context_size: int | None = None, limit: int | None = None,
+                        snippet_bytes: int | None = None,
+                        cursor: str | None = None) -> SearchAnswer:
         return self._call("search_messages", _given(locals()))
 
     def delete_message(self, *, message_id: str, session_id: str | None = None) -> DeleteAnswer:

@@ -83,6 +83,10 @@ FILTER_KEYS: tuple[tuple[str, str], ...] = (
     ("tiers", f"array of memory tiers ({_either(TIERS)}), any of which a message may have"),
     ("tags", f"array of up to {MAX_TAGS} tags, all of which a message must carry, compared "
              "exactly (case-sensitive, unlike the query)"),
+    ("roles", f"array of roles ({_either(ROLES)}), any of which a message may have"),
+    ("after", "a time, epoch milliseconds or ISO-8601 with a time zone (2026-01-31T09:00:00Z): "
+              "messages created at or after it"),
+    ("before", "a time as for after: messages created before it (exclusive)"),
 )
 
 
@@ -259,7 +263,9 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
 
 # The seven tools as `--toolsets core` lists them: the contract's schemas plus optional arguments
 # that an old client, not sending them, never notices (docs/SERVER.md lists each one).
-EXTENDED_TOOL_SPECS: tuple[ToolSpec, ...] = TOOL_SPECS
+from .extended import extend  # noqa: E402 (builds on the definitions above)
+
+EXTENDED_TOOL_SPECS: tuple[ToolSpec, ...] = extend(TOOL_SPECS)
 
 TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOL_SPECS}
 READ_TOOL_NAMES: frozenset[str] = frozenset(spec.name for spec in TOOL_SPECS if not spec.writes)

@@ -237,7 +237,7 @@ def test_search_response_budget_is_filled_exactly_like_measuring_every_item(stor
     import orjson
 
     from convmem import domain, validation
-    from convmem.api import paging, store as store_module
+    from convmem.api import paging, search as search_module
     sizes = [1024 * 1024 - 64, 300_000, 900_000, 5, 1024 * 1024 - 64, 700_000, 80, 1024 * 1024 - 64,
              400_000, 1024 * 1024 - 64, 999_999, 1024 * 1024 - 64, 12]
     for n in sizes:  # control characters: 6 JSON bytes each, the worst case for the bound
@@ -247,7 +247,7 @@ def test_search_response_budget_is_filled_exactly_like_measuring_every_item(stor
         slot = store._catalog.ids.get(validation.ulid("message_id", item["message_id"]))  # noqa: SLF001
         doc = store._catalog.current_doc(slot)  # noqa: SLF001
         assert len(orjson.dumps(item)) + 1 <= paging.json_bound(store._catalog.doc_span(doc)[1])  # noqa: SLF001
-    monkeypatch.setattr(store_module, "json_bound", lambda n: domain.RESPONSE_BUDGET + 1)  # measure all
+    monkeypatch.setattr(search_module, "json_bound", lambda n: domain.RESPONSE_BUDGET + 1)  # measure all
     want = store.search_messages(query="needle", limit=100)["results"]
     assert 1 <= len(got) < len(sizes)
     assert got == want
