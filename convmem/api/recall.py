@@ -16,6 +16,7 @@ from .._core import tokenizer
 from ..catalog.catalog import Catalog
 from ..catalog.docs import R_CONTENT, R_SESSION_ID, R_SUMMARY, R_TAGS, Record
 from ..catalog.recall_keys import content_key, gist_key, normalize
+from ..typed import Role
 from ..domain import (BUDGET_TOKENS, LIST_TAGS_LIMIT, MAX_CONTENT_BYTES, MAX_SESSION_BYTES,
                       MIN_IMPORTANCE, NEAR_DUPLICATE_SIMILARITY, RECALL_LIMIT,
                       RECALL_NEIGHBOURS, RECALL_RELATION_DEPTH, ROLES)
@@ -48,9 +49,10 @@ class RecallTools:
         def write_message(self, **args: Any) -> dict[str, Any]: ...
 
     # -- recall ----------------------------------------------------------------------------
-    def recall(self, *, query: Any = None, budget_tokens: Any = None, session_id: Any = None,
-               filters_json: Any = None, min_importance: Any = None, limit: Any = None,
-               neighbours: Any = None, relation_depth: Any = None) -> dict[str, Any]:
+    def recall(self, *, query: str, budget_tokens: int, session_id: str | None = None,
+               filters_json: str | None = None, min_importance: int | None = None,
+               limit: int | None = None, neighbours: int | None = None,
+               relation_depth: int | None = None) -> dict[str, Any]:
         """The best hits for `query`, each followed by its neighbours in its session and its
         related messages, each once, cut to fit `budget_tokens` (estimated), most relevant first."""
         budget = v.integer("budget_tokens", budget_tokens, lo=BUDGET_TOKENS[0], hi=BUDGET_TOKENS[1],
@@ -112,7 +114,7 @@ class RecallTools:
         return parts, duplicates, hit_ids
 
     # -- start_session -----------------------------------------------------------------------
-    def start_session(self, *, budget_tokens: Any = None, since: Any = None) -> dict[str, Any]:
+    def start_session(self, *, budget_tokens: int, since: str | None = None) -> dict[str, Any]:
         """What an agent should know at the start of a session, within `budget_tokens`; changes
         since the `cursor` of an earlier start_session. Reads only (nothing is written)."""
         budget = v.integer("budget_tokens", budget_tokens, lo=BUDGET_TOKENS[0], hi=BUDGET_TOKENS[1],
@@ -126,7 +128,7 @@ class RecallTools:
             return bootstrap.start_session(self._reader, self._log, self._cursors, budget, since)
 
     # -- list_tags -------------------------------------------------------------------------
-    def list_tags(self, *, cursor: Any = None, limit: Any = None) -> dict[str, Any]:
+    def list_tags(self, *, cursor: str | None = None, limit: int | None = None) -> dict[str, Any]:
         """Tags of live messages with their message counts, in code point order, paged."""
         lim = v.ranged("limit", limit, LIST_TAGS_LIMIT)
         with self._mutex:
@@ -144,8 +146,8 @@ class RecallTools:
             return out
 
     # -- remember --------------------------------------------------------------------------
-    def remember(self, *, content: Any = None, session_id: Any = None, role: Any = None,
-                 metadata_json: Any = None) -> dict[str, Any]:
+    def remember(self, *, content: str, session_id: str, role: Role | None = None,
+                 metadata_json: str | None = None) -> dict[str, Any]:
         """write_message, unless the same memory is stored: the same normalized content in the
         same session, or the same summary and tags (normalized) in any session. Then the stored
         message is returned with duplicate: true and nothing is written. Near-duplicates (search

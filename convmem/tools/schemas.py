@@ -83,10 +83,10 @@ FILTER_KEYS: tuple[tuple[str, str], ...] = (
     ("tiers", f"array of memory tiers ({_either(TIERS)}), any of which a message may have"),
     ("tags", f"array of up to {MAX_TAGS} tags, all of which a message must carry, compared "
              "exactly (case-sensitive, unlike the query)"),
-    ("roles", f"array of roles ({_either(ROLES)}), any of which a message may have"),
     ("after", "a time, epoch milliseconds or ISO-8601 with a time zone (2026-01-31T09:00:00Z): "
               "messages created at or after it"),
     ("before", "a time as for after: messages created before it (exclusive)"),
+    ("roles", f"array of roles ({_either(ROLES)}), any of which a message may have"),
 )
 
 

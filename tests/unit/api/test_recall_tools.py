@@ -14,6 +14,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from convmem import ConvMemError, MemoryStore
 from convmem.api.budget import estimate_tokens, json_tokens, trim_text
 from convmem.catalog.recall_keys import normalize
+from convmem.tools import run_tool
+from convmem.tools.toolsets import EVERY_TOOL
 from convmem.validation import ulid as parse_ulid
 from conftest import meta
 
@@ -140,7 +142,12 @@ def test_recall_filters_and_validation(store: MemoryStore, corpus: dict[str, str
     r = store.recall(query="database", budget_tokens=100_000, filters_json='{"tags":["ja"]}',
                      neighbours=0, relation_depth=0)
     assert r["items"] and all("ja" in it["tags"] for it in r["items"])
-    assert code_of(lambda: store.recall(query="x")) == ("VALIDATION_ERROR", "budget_tokens is required")
+    # budget_tokens is a required keyword of the typed API; an MCP call without it is refused by name
+    with pytest.raises(TypeError):
+        store.recall(query="x")  # type: ignore[call-arg]
+    answer = json.loads(run_tool(store, "recall", {"query": "x"}, EVERY_TOOL).text)
+    assert answer["error"]["code"] == "VALIDATION_ERROR" and "budget_tokens" in answer["error"]["message"]
+    assert code_of(lambda: store.recall(query="x", budget_tokens=None)) == ("VALIDATION_ERROR", "budget_tokens is required")  # type: ignore[arg-type]
     code, msg = code_of(lambda: store.recall(query="x", budget_tokens=0))
     assert code == "VALIDATION_ERROR" and "budget_tokens" in msg
     code, msg = code_of(lambda: store.recall(query="x", budget_tokens=10, neighbours=9))

@@ -57,9 +57,10 @@ def test_the_any_check_sees_through_generics():
 
 def test_required_tool_arguments_have_no_default():
     """An editor flags a call without them; MCP's tools/list required lists say the same."""
-    from convmem.tools.schemas import TOOLS_BY_NAME
+    from convmem.tools.toolsets import EVERY_TOOL
 
-    for tool in TOOLS:
+    TOOLS_BY_NAME = EVERY_TOOL.by_name  # the seven as --toolsets lists them, and every toolset's
+    for tool in TOOLS_BY_NAME:
         params = inspect.signature(getattr(MemoryStore, tool)).parameters
         required = {n for n, p in params.items() if n != "self" and p.default is inspect.Parameter.empty}
         assert required == set(TOOLS_BY_NAME[tool].required), tool
