@@ -40,6 +40,7 @@ from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from . import bulk, snapshots, views
+from .trash import TrashTools
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Budget, Cursors, json_bound
 from .records import RecordReader, message, metadata_of, new_record
@@ -54,8 +55,9 @@ SESSION_DOCS_MAX = 1 << 16  # sessions up to this size hand their docs to the in
 _T = TypeVar("_T")
 
 
-class MemoryStore:
-    """A conversation-memory store in one data directory (see docs/DESIGN.md)."""
+class MemoryStore(TrashTools):
+    """A conversation-memory store in one data directory (see docs/DESIGN.md); the trash's
+    tools (list_deleted, restore_message) are in api/trash.py."""
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod
