@@ -1,4 +1,4 @@
-"""Command line: serve / import / sync / export / health / search, and --version.
+"""Command line: serve / import / sync / export / health / search / trash / restore, and --version.
 
 Only this module and the transports write to stdout. Logs go to stderr through `logging`.
 Exit codes: 0 success, 1 an application error (for import: a file that could not be read), 2 usage error.
@@ -625,6 +625,45 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK if found else EXIT_ERROR
 
 
+def cmd_trash(args: argparse.Namespace) -> int:
+    """The deleted messages `convmem restore` can bring back (until `convmem rebuild`)."""
+    store = _read_store(args)
+    deleted: list[dict[str, Any]] = []
+    cursor = None
+    try:
+        while args.limit is None or len(deleted) < args.limit:
+            limit = 1000 if args.limit is None else min(1000, args.limit - len(deleted))
+            page = _run_tool(store, "list_deleted", limit=limit, cursor=cursor, session_id=args.session_id)
+            deleted += page["deleted"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json({"deleted": deleted, "total_deleted": page["total_deleted"]})
+        return EXIT_OK
+    for e in deleted:
+        sys.stdout.write(f"{_when(e['timestamp'])}  {e['session_id']}  {e['role']}  {e['message_id']}  "
+                         f"(deleted #{e['deleted_seq']}; {e['content_bytes']} bytes)\n")
+        sys.stdout.write(f"  {_snippet(e.get('summary') or e['snippet'], None)}\n")
+    if not deleted:
+        sys.stdout.write("no deleted messages\n")
+    elif len(deleted) < page["total_deleted"]:
+        sys.stdout.write(f"({page['total_deleted'] - len(deleted)} more)\n")
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    _require_store(args.data_dir)
+    result = _once(_open_store(args.data_dir), "restore_message", message_id=args.message_id)
+    if _want_json(args):
+        _write_json(result)
+    else:
+        sys.stdout.write(f"restored {args.message_id} (revision {result['message']['revision']})\n")
+    return EXIT_OK
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     _require_store(args.data_dir)
     result = _once(_open_store(args.data_dir), "rebuild_index")
@@ -766,6 +805,16 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", parents=[common, as_json], help="delete a message")
     delete.add_argument("message_id", metavar="MESSAGE_ID")
     delete.set_defaults(func=cmd_delete)
+
+    trash = sub.add_parser("trash", parents=[common, as_json],
+                           help="list deleted messages that can be restored (until the next rebuild)")
+    trash.add_argument("--session", "--session-id", dest="session_id", default=None, help="only this session")
+    trash.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    trash.set_defaults(func=cmd_trash)
+
+    restore = sub.add_parser("restore", parents=[common, as_json], help="restore a deleted message")
+    restore.add_argument("message_id", metavar="MESSAGE_ID")
+    restore.set_defaults(func=cmd_restore)
 
     rebuild = sub.add_parser("rebuild", parents=[common, as_json], help="rebuild the index and compact the log")
     rebuild.set_defaults(func=cmd_rebuild)
