@@ -130,7 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _fail(str(exc), EXIT_USAGE)
     catalog = ToolCatalog.of(toolsets)
     tokens = None
-    if args.transport == "http":
+    if args.transport in ("http", "sse"):
         from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
 
         try:
@@ -139,7 +139,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except (TokensFileError, InsecureBindError) as exc:
             _fail(str(exc), EXIT_USAGE)
     elif args.tokens_file:
-        _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
+        _fail("--tokens-file applies to --transport http and sse only", EXIT_USAGE)
 
     if args.transport == "stdio" and not sys.stdin.isatty():
         relayed = _relay_stdio(data_dir, toolsets)
@@ -154,12 +154,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         importer.join()
     interrupted = False
     try:
-        if args.transport == "http":
-            from convmem.server import serve_http
+        if args.transport in ("http", "sse"):
+            from convmem.server import serve_http, serve_sse
 
             def announce(url: str) -> None:
                 scopes = "bearer tokens required" if tokens else "no tokens, loopback only"
-                text = f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n"
+                kind = "Streamable HTTP" if args.transport == "http" else "HTTP+SSE (legacy)"
+                text = f"convmem: serving {data_dir} over {kind} at {url} ({scopes})\n"
                 if not tokens:
                     text += (
                         "convmem: WARNING: loopback is not a user boundary: every local user and process "
@@ -170,7 +171,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             try:
-                serve_http(store, __version__, args.host, args.port, tokens, args.log_level, announce, catalog)
+                serve = serve_http if args.transport == "http" else serve_sse
+                serve(store, __version__, args.host, args.port, tokens, args.log_level, announce, catalog)
             except OSError as exc:  # mostly: the port is taken or the address is not ours
                 _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
         else:
@@ -739,7 +741,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", parents=[common], help="serve the MCP tools (stdio by default)")
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio",
+                       help="stdio (default), http (Streamable HTTP at /mcp) or sse (the legacy HTTP+SSE: "
+                            "GET /sse, POST /messages)")
     serve.add_argument("--toolsets", default=None, metavar="core,recall,admin|all",
                        help="tool groups beyond the contract's seven tools (default: the seven, exactly)")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
