@@ -35,9 +35,10 @@ from starlette.routing import Route
 
 from convmem.tools import CONTRACT, ToolCatalog
 
+from . import http
 from .app import build_server
-from .http import (MAX_BUFFERED_BODIES, MAX_SESSIONS_PER_PRINCIPAL, BodyBudget, SessionGuard,
-                   _json_error, _transport_security, _url_host, bind_socket, check_bind,
+from .http import (MAX_SESSIONS_PER_PRINCIPAL, BodyBudget, SessionGuard, _json_error,
+                   _transport_security, _url_host, bind_socket, check_bind,
                    rate_limit_client_triggered_logs, serve_asgi, _LOG_LIMIT)
 from .limits import MAX_REQUEST_BODY
 from .tokens import StaticTokenVerifier, Token
@@ -110,7 +111,8 @@ def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[T
     server = build_server(store, version, catalog)
     transport = SseServerTransport(MESSAGES_PATH, security_settings=_transport_security(host),
                                    max_request_body_size=MAX_REQUEST_BODY)
-    stream: Any = StreamCap(_Stream(server, transport), MAX_SESSIONS_PER_PRINCIPAL)
+    # (the limits are read from http's module when the app is built: tests lower them there)
+    stream: Any = StreamCap(_Stream(server, transport), http.MAX_SESSIONS_PER_PRINCIPAL)
     post: Any = _Asgi(transport.handle_post_message)
     middleware: list[Middleware] = []
     if tokens:
@@ -122,7 +124,7 @@ def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[T
         post = RequireAuthMiddleware(post, [])
     routes = [Route(SSE_PATH, endpoint=stream, methods=["GET"]),
               Route(MESSAGES_PATH, endpoint=post, methods=["POST"])]
-    return BodyBudget(Starlette(routes=routes, middleware=middleware), MAX_BUFFERED_BODIES)
+    return BodyBudget(Starlette(routes=routes, middleware=middleware), http.MAX_BUFFERED_BODIES)
 
 
 def serve_sse(
