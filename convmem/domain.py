@@ -45,6 +45,7 @@ RELATION_DEPTH = (0, 2, 1)
 SEARCH_LIMIT = (1, 100, 20)
 SEARCH_CONTEXT_SIZE = (0, 3, 0)
 MIN_IMPORTANCE = (0, 100, 0)
+LIST_DELETED_LIMIT = (1, 1000, 100)  # list_deleted limit (the admin toolset)
 
 # -- answers ------------------------------------------------------------------------------------
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB of items, keeping room for the envelope

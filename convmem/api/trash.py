@@ -27,7 +27,7 @@ from .. import validation as v
 from .._core import codec
 from ..catalog.docs import (R_CONTENT, R_REVISION, R_ROLE, R_SESSION_ID, R_SUMMARY, R_TIMESTAMP,
                             R_ULID, R_UPDATED_AT, Prepared, Record, prepare)
-from ..domain import MAX_REVISION, MAX_SESSION_BYTES, ROLES
+from ..domain import LIST_DELETED_LIMIT, MAX_REVISION, MAX_SESSION_BYTES, ROLES
 from ..errors import INTERNAL_ERROR, NOT_FOUND, ConvMemError
 from ..ids import now_ms
 from .guards import once_more
@@ -37,7 +37,6 @@ from .records import message
 if TYPE_CHECKING:
     from .store import MemoryStore
 
-LIST_DELETED_LIMIT = (1, 1000, 100)  # list_deleted limit: (lowest, highest, default)
 SNIPPET_BYTES = 200  # the start of each deleted message's content, in UTF-8 bytes at most
 _CURSOR = b"T"
 _SEQ = struct.Struct("<q")

@@ -2,8 +2,7 @@
 Listed only with `--toolsets admin` (or `all`)."""
 from __future__ import annotations
 
-from ..api.trash import LIST_DELETED_LIMIT
-from ..domain import MAX_SESSION_BYTES
+from ..domain import LIST_DELETED_LIMIT, MAX_SESSION_BYTES
 from .schemas import ToolSpec, _integer, _message_id, _object, _string
 
 ADMIN_TOOL_SPECS: tuple[ToolSpec, ...] = (
