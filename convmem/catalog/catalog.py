@@ -442,7 +442,7 @@ class Catalog:
             "doc_flags": flags,
             **_history_arrays(sessions, slot_map),
             **self.relations.arrays(slot_map),
-            **Trash().arrays(),  # (deleted messages are gone for good)
+            # (no trash sections: deleted messages are gone for good)
         }
         new_index.merge_segments()
         for name, arr in new_index.to_arrays().items():

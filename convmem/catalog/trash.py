@@ -23,9 +23,10 @@ class Trash:
     __slots__ = ("slots", "docs", "seqs")
 
     def __init__(self) -> None:
-        self.slots = Column("i4")  # the deleted message
-        self.docs = Column("i4")  # its version when it was deleted
-        self.seqs = Column("i8")  # the DELETE record's sequence number
+        # (no capacity until the first delete: a store without deletions holds nothing here)
+        self.slots = Column("i4", capacity=0)  # the deleted message
+        self.docs = Column("i4", capacity=0)  # its version when it was deleted
+        self.seqs = Column("i8", capacity=0)  # the DELETE record's sequence number
 
     def __len__(self) -> int:
         return self.slots.n
@@ -53,13 +54,21 @@ class Trash:
             col.n -= 1
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The snapshot's sections (copies: the columns change in place)."""
+        """The snapshot's sections (copies: the columns change in place); none when empty."""
+        if not self.slots.n:
+            return {}
         return {name: col.view().copy()
                 for name, col in zip(SECTIONS, (self.slots, self.docs, self.seqs))}
 
     @classmethod
     def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "Trash":
+        """The trash of a snapshot's sections (absent: an empty trash)."""
         trash = cls()
+        present = [name in arrays for name in SECTIONS]
+        if not any(present):
+            return trash
+        if not all(present):
+            raise ValueError("a trash section is missing")
         cols = [np.asarray(arrays[name]) for name in SECTIONS]
         if not len({len(c) for c in cols}) == 1:
             raise ValueError("the trash sections differ in length")

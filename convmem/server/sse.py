@@ -94,13 +94,16 @@ class _Stream:
         self.transport = transport
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        connected = False
         try:
             async with self.transport.connect_sse(scope, receive, send) as (read, write):
+                connected = True
                 await self.server.run(read, write, self.server.create_initialization_options())
         except ValueError:
+            if connected:
+                raise
             # The SDK refused the request (DNS rebinding: a foreign Host or Origin) and has
             # answered it already; it raises to end the handler.
-            return
 
 
 def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[Token] | None,
