@@ -398,7 +398,8 @@ class Catalog:
         trash_slots, trash_docs = cat.trash.slots.view(), cat.trash.docs.view()
         if len(trash_slots) and (int(trash_slots.min()) < 0 or int(trash_slots.max()) >= cat.slot_doc.n
                                  or int(trash_docs.min()) < 0 or int(trash_docs.max()) >= cat.doc_slot.n
-                                 or bool(np.any(cat.slot_doc.data[trash_slots] >= 0))):
+                                 or bool(np.any(cat.slot_doc.data[trash_slots] >= 0))
+                                 or bool(np.any(cat.doc_slot.data[trash_docs] != trash_slots))):
             raise ValueError("the trash names a message or version the snapshot does not hold")
         cat.last_seq = int(meta["last_seq"])
         cat.last_record_offset = int(meta["last_record_offset"])

@@ -74,6 +74,8 @@ class Trash:
             raise ValueError("the trash sections differ in length")
         if len(cols[2]) > 1 and not bool(np.all(cols[2][1:] > cols[2][:-1])):
             raise ValueError("the trash is not in delete order")
+        if len(np.unique(cols[0])) != len(cols[0]):
+            raise ValueError("the trash holds a message twice")
         trash.slots = Column.from_array(cols[0].astype(np.int32, copy=False))
         trash.docs = Column.from_array(cols[1].astype(np.int32, copy=False))
         trash.seqs = Column.from_array(cols[2].astype(np.int64, copy=False))

@@ -29,7 +29,7 @@ def test_entries_stay_in_delete_order_through_removals() -> None:
     assert len(again) == 4 and len(t) == 3
 
 
-@pytest.mark.parametrize("damage", ["missing", "lengths", "order"])
+@pytest.mark.parametrize("damage", ["missing", "lengths", "order", "twice"])
 def test_damaged_sections_are_refused(damage: str) -> None:
     t = Trash()
     t.add(1, 1, 5)
@@ -39,8 +39,10 @@ def test_damaged_sections_are_refused(damage: str) -> None:
         del arrays["trash_doc"]
     elif damage == "lengths":
         arrays["trash_seq"] = arrays["trash_seq"][:1]
-    else:
+    elif damage == "order":
         arrays["trash_seq"] = np.array([6, 5], dtype=np.int64)
+    else:
+        arrays["trash_slot"] = np.array([1, 1], dtype=np.int32)
     with pytest.raises(ValueError):
         Trash.from_arrays(arrays)
 
@@ -62,7 +64,9 @@ def test_a_snapshot_whose_trash_names_a_live_message_is_not_adopted(store_dir: P
     live_slot = 0
     good = Catalog.from_snapshot(lambda off, n: None, meta, arrays)  # type: ignore[arg-type,return-value]
     assert good.trash.slots.view().tolist() == [1]
-    for name, bad in (("trash_slot", [live_slot]), ("trash_slot", [99]), ("trash_doc", [99])):
+    # A live message, a slot or doc out of range, a version of another message (doc 0 is slot 0's).
+    for name, bad in (("trash_slot", [live_slot]), ("trash_slot", [99]), ("trash_doc", [99]),
+                      ("trash_doc", [0])):
         forged = dict(arrays)
         forged[name] = np.array(bad, dtype=arrays[name].dtype)
         with pytest.raises(ValueError):
