@@ -62,6 +62,22 @@ def test_a_restore_acknowledged_then_killed_is_there_after_reopen(tmp_path: Path
         assert store.verify()["ok"] is True
 
 
+def test_an_attached_process_restores_through_the_owner(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    owner = start(data)  # the contract: no trash tools of its own
+    attached = start(data, "--toolsets", "admin")  # relayed to the owner, with its own toolsets
+    try:
+        mid = ok(owner, "write_message", {"session_id": "s", "role": "user", "content": "relayed fox"})["message"]["message_id"]
+        ok(owner, "delete_message", {"message_id": mid})
+        assert [e["message_id"] for e in ok(attached, "list_deleted", {})["deleted"]] == [mid]
+        assert ok(attached, "restore_message", {"message_id": mid})["message"]["revision"] == 2
+        assert [r["message_id"] for r in ok(owner, "search_messages", {"query": "fox"})["results"]] == [mid]
+        assert_error(*owner.call("restore_message", {"message_id": mid}), "VALIDATION_ERROR")  # unknown tool here
+    finally:
+        assert attached.close() == 0
+        assert owner.close() == 0
+
+
 def test_the_contract_has_no_trash_tools(tmp_path: Path) -> None:
     server = start(tmp_path / "data")
     try:
