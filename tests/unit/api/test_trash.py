@@ -298,3 +298,22 @@ def test_the_tools_answer_through_run_tool(store: MemoryStore) -> None:
     # Not a tool of the contract.
     plain = run_tool(store, "list_deleted", {}, CONTRACT)
     assert plain.is_error and json.loads(plain.text)["error"]["message"] == "unknown tool"
+
+
+def test_a_torn_restore_record_leaves_the_message_in_the_trash(store_dir: Path) -> None:
+    """A crash in the middle of a restore's append (before its acknowledgement): the torn record
+    is cut off at open, and the message is still deleted and restorable."""
+    with MemoryStore.open(store_dir) as s:
+        m = write(s, "s", "torn between states")
+        s.delete_message(message_id=m["message_id"])
+        s.checkpoint()
+        before = (store_dir / "messages.log").stat().st_size
+        s.restore_message(message_id=m["message_id"])
+    (store_dir / "snapshot.bin").unlink()  # (the snapshot at close covers the restore)
+    log = store_dir / "messages.log"
+    with open(log, "r+b") as f:
+        f.truncate(before + 30)  # the restore's frame, cut short
+    with MemoryStore.open(store_dir) as s:
+        assert s.recovered_tail is True
+        assert [e["message_id"] for e in s.list_deleted()["deleted"]] == [m["message_id"]]
+        assert s.restore_message(message_id=m["message_id"])["message"]["revision"] == 2
