@@ -95,8 +95,18 @@ class _Stream:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         connected = False
+        started = ended = False
+
+        async def tracking_send(message: Any) -> None:
+            nonlocal started, ended
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
+            await send(message)
+
         try:
-            async with self.transport.connect_sse(scope, receive, send) as (read, write):
+            async with self.transport.connect_sse(scope, receive, tracking_send) as (read, write):
                 connected = True
                 await self.server.run(read, write, self.server.create_initialization_options())
         except ValueError:
@@ -104,6 +114,11 @@ class _Stream:
                 raise
             # The SDK refused the request (DNS rebinding: a foreign Host or Origin) and has
             # answered it already; it raises to end the handler.
+        if started and not ended:
+            # A stream ended by the server's shutdown (SIGTERM) is left open by the SDK's event
+            # source; end the response, so the client sees the end of the stream (and uvicorn
+            # does not report an incomplete response).
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[Token] | None,

@@ -269,8 +269,11 @@ def test_sigterm_ends_the_server_with_streams_open(tmp_path: Path) -> None:
         for s in streams:
             s.close()
         server.close()
-    assert code == 0, b"".join(server.stderr_lines).decode(errors="replace")[-2000:]
+    log = b"".join(server.stderr_lines)
+    assert code == 0, log.decode(errors="replace")[-2000:]
     assert took < 5, took
+    # The streams were ended, not dropped: no incomplete response reported, no traceback.
+    assert b"without completing response" not in log and b"Traceback" not in log, log[-2000:]
     from convmem import MemoryStore
 
     with MemoryStore.open(tmp_path / "data") as store:  # the directory lock was released
