@@ -12,7 +12,8 @@ POST that carried each call), DNS-rebinding protection (Host and Origin) on loop
 connection cap and deadlines (`guarded_protocol`), the bound on request bodies held at once
 (`BodyBudget`) and per request (MAX_REQUEST_BODY, 413), SIGTERM's bounded graceful shutdown
 (`serve_asgi`). What SSE adds: a cap on the event streams open per token (`StreamCap`), since each
-holds a connection and a server task for as long as the client keeps it.
+holds a connection and a server task for as long as the client keeps it, and the end of a stream
+nothing was posted to for SESSION_IDLE_TIMEOUT (as the SDK does for Streamable HTTP sessions).
 
 A client-side limit to know of: the SDK's SSE client (mcp.client.sse) refuses events over 1 MiB,
 and every answer is an event here (no JSON response mode as on /mcp), so a read of a large page
@@ -21,10 +22,14 @@ may fail in that client; page with smaller limits, or use Streamable HTTP.
 from __future__ import annotations
 
 import logging
+import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
+import anyio
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
 from mcp.server.sse import SseServerTransport
@@ -48,6 +53,7 @@ logger = logging.getLogger(__name__)
 SSE_PATH = "/sse"
 MESSAGES_PATH = "/messages"
 DEFAULT_PORT = 3001  # TelosDB's
+_SESSION_ID = re.compile(rb"session_id=([0-9a-f]{32})")
 
 
 class StreamCap:
@@ -87,33 +93,63 @@ class _Asgi:
 
 
 class _Stream:
-    """The GET /sse endpoint (an ASGI app): one MCP session for as long as the stream is open."""
+    """The GET /sse endpoint (an ASGI app): one MCP session for as long as the stream is open, or
+    until no message was posted to it for `idle_timeout` seconds (as Streamable HTTP's sessions)."""
 
-    def __init__(self, server: Any, transport: SseServerTransport) -> None:
+    def __init__(self, server: Any, transport: SseServerTransport, idle_timeout: float) -> None:
         self.server = server
         self.transport = transport
+        self.idle_timeout = idle_timeout
+        self.last_post: dict[str, float] = {}  # session id (hex) -> when it was last posted to
+
+    def posted(self, scope: Any) -> None:
+        """Note a POST naming a session (the stream's idle clock starts again)."""
+        sid = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id", [""])[0]
+        if sid in self.last_post:
+            self.last_post[sid] = time.monotonic()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         connected = False
         started = ended = False
+        session: list[str] = []
 
         async def tracking_send(message: Any) -> None:
             nonlocal started, ended
             if message["type"] == "http.response.start":
                 started = True
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                ended = True
+            elif message["type"] == "http.response.body":
+                if not session:  # the first event announces the session's endpoint
+                    found = _SESSION_ID.search(message.get("body", b""))
+                    if found:
+                        session.append(found.group(1).decode("ascii"))
+                        self.last_post[session[0]] = time.monotonic()
+                ended = not message.get("more_body", False)
             await send(message)
+
+        async def idle_watch(scope_to_cancel: anyio.CancelScope) -> None:
+            while True:
+                await anyio.sleep(max(0.05, min(self.idle_timeout / 4, 30.0)))
+                if session and time.monotonic() - self.last_post.get(session[0], 0.0) > self.idle_timeout:
+                    logger.info("closing an event stream: no message posted for %.0f s", self.idle_timeout)
+                    scope_to_cancel.cancel()
+                    return
 
         try:
             async with self.transport.connect_sse(scope, receive, tracking_send) as (read, write):
                 connected = True
-                await self.server.run(read, write, self.server.create_initialization_options())
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(idle_watch, tg.cancel_scope)
+                    await self.server.run(read, write, self.server.create_initialization_options())
+                    tg.cancel_scope.cancel()
+                await write.aclose()  # (ends the SDK's event writer, and so the stream)
         except ValueError:
             if connected:
                 raise
             # The SDK refused the request (DNS rebinding: a foreign Host or Origin) and has
             # answered it already; it raises to end the handler.
+        finally:
+            if session:
+                self.last_post.pop(session[0], None)
         if started and not ended:
             # A stream ended by the server's shutdown (SIGTERM) is left open by the SDK's event
             # source; end the response, so the client sees the end of the stream (and uvicorn
@@ -130,8 +166,14 @@ def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[T
     transport = SseServerTransport(MESSAGES_PATH, security_settings=_transport_security(host),
                                    max_request_body_size=MAX_REQUEST_BODY)
     # (the limits are read from http's module when the app is built: tests lower them there)
-    stream: Any = StreamCap(_Stream(server, transport), http.MAX_SESSIONS_PER_PRINCIPAL)
-    post: Any = _Asgi(transport.handle_post_message)
+    streams = _Stream(server, transport, http.SESSION_IDLE_TIMEOUT)
+    stream: Any = StreamCap(streams, http.MAX_SESSIONS_PER_PRINCIPAL)
+
+    async def post_message(scope: Any, receive: Any, send: Any) -> None:
+        streams.posted(scope)
+        await transport.handle_post_message(scope, receive, send)
+
+    post: Any = _Asgi(post_message)
     middleware: list[Middleware] = []
     if tokens:
         middleware = [

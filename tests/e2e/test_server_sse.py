@@ -253,6 +253,35 @@ def test_event_streams_are_capped_per_token(tmp_path: Path) -> None:
         server.close()
 
 
+def test_an_idle_stream_is_closed_and_a_busy_one_is_not(tmp_path: Path) -> None:
+    """As Streamable HTTP's sessions: a stream nobody posts to for SESSION_IDLE_TIMEOUT (1.5 s
+    here) is ended, so that idle clients cannot hold the per-token share for good."""
+    server = HttpServer(tmp_path / "data", prelude=FAST + "h.SESSION_IDLE_TIMEOUT = 1.5\n", transport="sse")
+    idle = busy = None
+    try:
+        idle, busy = RawStream(server), RawStream(server)
+        busy_url = base(server) + busy.endpoint
+        ping = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:  # the busy one posts twice a second
+            assert httpx2.post(busy_url, json=ping, timeout=30).status_code == 202
+            time.sleep(0.5)
+        idle.sock.settimeout(5)
+        rest = b""
+        while not rest.endswith(b"0\r\n\r\n"):  # the end of the chunked response: the stream ended
+            chunk = idle.sock.recv(65536)
+            assert chunk, rest
+            rest += chunk
+        gone = base(server) + idle.endpoint
+        assert httpx2.post(gone, json=ping, timeout=30).status_code == 404  # its session is gone
+        assert httpx2.post(busy_url, json=ping, timeout=30).status_code == 202
+    finally:
+        for s in (idle, busy):
+            if s is not None:
+                s.close()
+        server.close()
+
+
 def test_sigterm_ends_the_server_with_streams_open(tmp_path: Path) -> None:
     server = HttpServer(tmp_path / "data", prelude=FAST, transport="sse")
     streams: list[RawStream] = []
