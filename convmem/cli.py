@@ -1,4 +1,4 @@
-"""Command line: serve / import / sync / export / health / search, and --version.
+"""Command line: serve / import / sync / export / health / search / trash / restore, and --version.
 
 Only this module and the transports write to stdout. Logs go to stderr through `logging`.
 Exit codes: 0 success, 1 an application error (for import: a file that could not be read), 2 usage error.
@@ -131,7 +131,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _fail(str(exc), EXIT_USAGE)
     catalog = ToolCatalog.of(toolsets)
     tokens = None
-    if args.transport == "http":
+    if args.transport in ("http", "sse"):
         from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
 
         try:
@@ -140,7 +140,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except (TokensFileError, InsecureBindError) as exc:
             _fail(str(exc), EXIT_USAGE)
     elif args.tokens_file:
-        _fail("--tokens-file applies to --transport http only", EXIT_USAGE)
+        _fail("--tokens-file applies to --transport http and sse only", EXIT_USAGE)
 
     if args.transport == "stdio" and not sys.stdin.isatty():
         relayed = _relay_stdio(data_dir, toolsets)
@@ -155,12 +155,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         importer.join()
     interrupted = 0
     try:
-        if args.transport == "http":
-            from convmem.server import serve_http
+        if args.transport in ("http", "sse"):
+            from convmem.server import serve_http, serve_sse
 
             def announce(url: str) -> None:
                 scopes = "bearer tokens required" if tokens else "no tokens, loopback only"
-                text = f"convmem: serving {data_dir} over Streamable HTTP at {url} ({scopes})\n"
+                kind = "Streamable HTTP" if args.transport == "http" else "HTTP+SSE (legacy)"
+                text = f"convmem: serving {data_dir} over {kind} at {url} ({scopes})\n"
                 if not tokens:
                     text += (
                         "convmem: WARNING: loopback is not a user boundary: every local user and process "
@@ -171,8 +172,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 sys.stderr.flush()
 
             try:
-                stopped_by = serve_http(store, __version__, args.host, args.port, tokens,
-                                        args.log_level, announce, catalog)
+                serve = serve_http if args.transport == "http" else serve_sse
+                stopped_by = serve(store, __version__, args.host, args.port, tokens, args.log_level,
+                                   announce, catalog)
             except OSError as exc:  # mostly: the port is taken or the address is not ours
                 _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
             return _signal_status(stopped_by)
@@ -634,6 +636,45 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return EXIT_OK if found else EXIT_ERROR
 
 
+def cmd_trash(args: argparse.Namespace) -> int:
+    """The deleted messages `convmem restore` can bring back (until `convmem rebuild`)."""
+    store = _read_store(args)
+    deleted: list[dict[str, Any]] = []
+    cursor = None
+    try:
+        while args.limit is None or len(deleted) < args.limit:
+            limit = 1000 if args.limit is None else min(1000, args.limit - len(deleted))
+            page = _run_tool(store, "list_deleted", limit=limit, cursor=cursor, session_id=args.session_id)
+            deleted += page["deleted"]
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+    finally:
+        store.close()
+    if _want_json(args):
+        _write_json({"deleted": deleted, "total_deleted": page["total_deleted"]})
+        return EXIT_OK
+    for e in deleted:
+        sys.stdout.write(f"{_when(e['timestamp'])}  {e['session_id']}  {e['role']}  {e['message_id']}  "
+                         f"(deleted #{e['deleted_seq']}; {e['content_bytes']} bytes)\n")
+        sys.stdout.write(f"  {_snippet(e.get('summary') or e['snippet'], None)}\n")
+    if not deleted:
+        sys.stdout.write("no deleted messages\n")
+    elif len(deleted) < page["total_deleted"]:
+        sys.stdout.write(f"({page['total_deleted'] - len(deleted)} more)\n")
+    return EXIT_OK
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    _require_store(args.data_dir)
+    result = _once(_open_store(args.data_dir), "restore_message", message_id=args.message_id)
+    if _want_json(args):
+        _write_json(result)
+    else:
+        sys.stdout.write(f"restored {args.message_id} (revision {result['message']['revision']})\n")
+    return EXIT_OK
+
+
 def cmd_rebuild(args: argparse.Namespace) -> int:
     _require_store(args.data_dir)
     result = _once(_open_store(args.data_dir), "rebuild_index")
@@ -709,7 +750,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     serve = sub.add_parser("serve", parents=[common], help="serve the MCP tools (stdio by default)")
-    serve.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    serve.add_argument("--transport", choices=("stdio", "http", "sse"), default="stdio",
+                       help="stdio (default), http (Streamable HTTP at /mcp) or sse (the legacy HTTP+SSE: "
+                            "GET /sse, POST /messages)")
     serve.add_argument("--toolsets", default=None, metavar="core,recall,admin|all",
                        help="tool groups beyond the contract's seven tools (default: the seven, exactly)")
     serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
@@ -775,6 +818,16 @@ def build_parser() -> argparse.ArgumentParser:
     delete = sub.add_parser("delete", parents=[common, as_json], help="delete a message")
     delete.add_argument("message_id", metavar="MESSAGE_ID")
     delete.set_defaults(func=cmd_delete)
+
+    trash = sub.add_parser("trash", parents=[common, as_json],
+                           help="list deleted messages that can be restored (until the next rebuild)")
+    trash.add_argument("--session", "--session-id", dest="session_id", default=None, help="only this session")
+    trash.add_argument("--limit", type=int, default=None, help="at most this many (default: all)")
+    trash.set_defaults(func=cmd_trash)
+
+    restore = sub.add_parser("restore", parents=[common, as_json], help="restore a deleted message")
+    restore.add_argument("message_id", metavar="MESSAGE_ID")
+    restore.set_defaults(func=cmd_restore)
 
     rebuild = sub.add_parser("rebuild", parents=[common, as_json], help="rebuild the index and compact the log")
     rebuild.set_defaults(func=cmd_rebuild)

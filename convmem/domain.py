@@ -50,6 +50,7 @@ SNIPPET_BYTES = (64, 65536, None)  # search_messages / sessions view: cut text t
 SEARCH_CURSOR_DEPTH = 10_000  # results a search cursor pages through, at most
 MAX_SEARCH_CURSOR_CHARS = 16_384  # a search cursor carries its query's statistics
 ORDERS = ("asc", "desc")  # read_messages order (history, sessions)
+LIST_DELETED_LIMIT = (1, 1000, 100)  # list_deleted limit (the admin toolset)
 
 # -- answers ------------------------------------------------------------------------------------
 RESPONSE_BUDGET = 8 * 1024 * 1024 - 16 * 1024  # ~8 MiB of items, keeping room for the envelope

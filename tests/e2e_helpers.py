@@ -212,15 +212,17 @@ class RawStdioServer:
 
 # --- HTTP -----------------------------------------------------------------------------------
 
-_URL_LINE = re.compile(rb"Streamable HTTP at (http://\S+)")
+_URL_LINE = re.compile(rb"(?:Streamable HTTP|HTTP\+SSE \(legacy\)) at (http://\S+)")
 
 
 class HttpServer:
-    """`convmem serve --transport http --port 0`; the URL is read from its stderr banner."""
+    """`convmem serve --transport http --port 0` (or `transport="sse"`); the URL is read from its
+    stderr banner."""
 
-    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None, prelude: str = "") -> None:
+    def __init__(self, data_dir: Path, *extra_args: str, env: dict[str, str] | None = None, prelude: str = "",
+                 transport: str = "http") -> None:
         """`prelude`: Python run in the child before the command line (to lower limits in tests)."""
-        args = ("serve", "--data-dir", str(data_dir), "--transport", "http", "--port", "0", *extra_args)
+        args = ("serve", "--data-dir", str(data_dir), "--transport", transport, "--port", "0", *extra_args)
         command = convmem_cmd(*args)
         if prelude:
             script = f"{prelude}\nimport sys\nfrom convmem.cli import main\nraise SystemExit(main(sys.argv[1:]))\n"

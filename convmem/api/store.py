@@ -37,6 +37,7 @@ from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from . import bulk, search, snapshots, views
+from .trash import TrashTools
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Cursors
 from .recall import RecallTools
@@ -55,9 +56,10 @@ LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
 _T = TypeVar("_T")
 
 
-class MemoryStore(RecallTools):
+class MemoryStore(RecallTools, TrashTools):
     """A conversation-memory store in one data directory (see docs/DESIGN.md); the recall
-    toolset's methods are RecallTools's (api/recall.py)."""
+    toolset's methods are RecallTools's (api/recall.py), the trash's (list_deleted,
+    restore_message) TrashTools's (api/trash.py)."""
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod

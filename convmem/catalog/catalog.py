@@ -32,8 +32,10 @@ from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KI
 from .recall_keys import RecallKeys
 from .relations import RelationIndex
 from .sessions import Session, SessionIndex
+from .trash import Trash
 
 STATE_VERSION = 4  # of the snapshot sections written here; a snapshot of another is re-derived
+# (4: the recall keys and the trash sections)
 
 ReadRecord = Callable[[int, int], Record]  # (log offset, frame length) -> decoded record
 OptionalKeys = FieldKeys | tuple[None, None, None]
@@ -59,6 +61,7 @@ class Catalog:
         self.relations = RelationIndex()
         self.recall = RecallKeys()  # duplicate keys, tags, facets (the recall tools)
         self.index = core_index.SearchIndex()
+        self.trash = Trash()  # deleted messages that can be restored (until compaction)
         # Where the state stands in the log, and health's counters.
         self.last_seq = base_sequence
         self.last_record_offset = -1
@@ -191,6 +194,7 @@ class Catalog:
         else:
             self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
             self.recall.touch_session(self.sessions.by_num[num])
+            self.trash.discard(slot)  # a deleted message's version again: it is restored
         self.slot_doc.writable()[slot] = doc
         self.recall.replace(slot, rec, old_doc >= 0, None if prep is None else prep.keys[0])
         if old_doc >= 0 and (rec[R_RELATIONS] or self.doc_flags.data[old_doc] & FLAG_HAS_RELATIONS):
@@ -219,7 +223,10 @@ class Catalog:
         self.doc_flags.append(prep.flags)
         return doc
 
-    def apply_delete(self, ulid: bytes, old_keys: OptionalKeys | None = None) -> None:
+    def apply_delete(self, ulid: bytes, old_keys: OptionalKeys | None = None,
+                     seq: int | None = None) -> None:
+        """Apply a DELETE record; `seq`: its sequence number (default: last_seq, which the store
+        has advanced to it already; replay passes it). The version stays restorable (trash)."""
         slot = self.ids.get(ulid)
         self.deleted_messages += 1
         self.unsaved_records += 1
@@ -229,6 +236,7 @@ class Catalog:
         if doc >= 0:
             self.retire(slot, doc, old_keys)
             self.slot_doc.writable()[slot] = -1
+            self.trash.add(slot, doc, self.last_seq if seq is None else seq)
 
     def retire(self, slot: int, doc: int, keys: OptionalKeys | None = None) -> None:
         """Take a message's current version out of every index (`keys`: its key arrays, when
@@ -250,6 +258,10 @@ class Catalog:
             if int(self.slot_doc.data[slot]) == doc:
                 self.retire(slot, doc)
                 self.slot_doc.writable()[slot] = -1
+            elif int(self.slot_doc.data[slot]) < 0:
+                i = self.trash.find(slot)
+                if i >= 0 and int(self.trash.docs.data[i]) == doc:
+                    self.trash.discard(slot)  # (its deleted version cannot be read back)
 
     def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
         """Apply appended records of new messages (ids checked unused) as apply_message would
@@ -363,6 +375,7 @@ class Catalog:
             **_history_arrays(sessions),
             **self.relations.arrays(),
             **recall_arrays,
+            **self.trash.arrays(),
         }
         return meta, arrays
 
@@ -401,6 +414,13 @@ class Catalog:
         cat.recall.load_sessions(arrays["hist_off"], arrays["hist_ts"])
         cat.index = core_index.SearchIndex.from_arrays(
             {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})
+        cat.trash = Trash.from_arrays(arrays)
+        trash_slots, trash_docs = cat.trash.slots.view(), cat.trash.docs.view()
+        if len(trash_slots) and (int(trash_slots.min()) < 0 or int(trash_slots.max()) >= cat.slot_doc.n
+                                 or int(trash_docs.min()) < 0 or int(trash_docs.max()) >= cat.doc_slot.n
+                                 or bool(np.any(cat.slot_doc.data[trash_slots] >= 0))
+                                 or bool(np.any(cat.doc_slot.data[trash_docs] != trash_slots))):
+            raise ValueError("the trash names a message or version the snapshot does not hold")
         cat.last_seq = int(meta["last_seq"])
         cat.last_record_offset = int(meta["last_record_offset"])
         cat.update_records = int(meta["update_records"])
@@ -445,6 +465,7 @@ class Catalog:
             **_history_arrays(sessions, slot_map),
             **self.relations.arrays(slot_map),
             **recall_arrays,
+            # (no trash sections: deleted messages are gone for good)
         }
         new_index.merge_segments()
         for name, arr in new_index.to_arrays().items():
@@ -461,7 +482,8 @@ class Catalog:
         ix = self.index.nbytes()
         entries = (self.slot_doc.nbytes + self.slot_session.nbytes + self.slot_ts.nbytes
                    + self.doc_offset.nbytes + self.doc_len.nbytes + self.doc_slot.nbytes
-                   + self.doc_kind.nbytes + self.doc_flags.nbytes + self.ids.nbytes)
+                   + self.doc_kind.nbytes + self.doc_flags.nbytes + self.ids.nbytes
+                   + self.trash.nbytes)
         return {
             "store_entries_bytes": entries,
             "body_bytes": 0,

@@ -629,6 +629,13 @@ def serve_http(
     sock = bind_socket(host, port)
     actual_port = sock.getsockname()[1]
     app = build_http_app(store, version, host, actual_port, tokens, catalog)
+    return serve_asgi(app, sock, log_level, lambda: announce(f"http://{_url_host(host)}:{actual_port}{MCP_PATH}"))
+
+
+def serve_asgi(app: Any, sock: socket.socket, log_level: str, announce: Callable[[], None]) -> int | None:
+    """Serve an ASGI app on a bound socket with the connection limits above until SIGINT/SIGTERM
+    (also the SSE transport's, server/sse.py); `announce()` once the signals are handled. Returns
+    the signal that stopped it (None: stopped otherwise)."""
     guard = ConnectionGuard(connection_cap(), HEADER_TIMEOUT, BODY_TIMEOUT, WRITE_STALL_TIMEOUT, IDLE_TIMEOUT)
     # log_config=None: uvicorn's own config would send access logs to stdout.
     config = uvicorn.Config(
@@ -648,7 +655,7 @@ def serve_http(
     # must still stop the server. uvicorn re-raises the signal that stopped it once it is done;
     # with this handler that returns here, so the caller closes the store and exits normally.
     previous = {sig: signal.signal(sig, server.handle_exit) for sig in (signal.SIGTERM, signal.SIGINT)}
-    announce(f"http://{_url_host(host)}:{actual_port}{MCP_PATH}")
+    announce()
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

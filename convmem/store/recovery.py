@@ -158,7 +158,7 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
                     if rtype == codec.REC_MESSAGE:
                         catalog.apply_message(codec.decode_message(mm, off + header, plen), off, flen)
                     else:
-                        catalog.apply_delete(codec.decode_delete(mm, off + header, plen))
+                        catalog.apply_delete(codec.decode_delete(mm, off + header, plen), seq=seq)
                 except codec.CorruptRecord as exc:
                     findings.damage(off, exc.reason, flen)
                     continue

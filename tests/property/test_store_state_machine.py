@@ -1,5 +1,5 @@
 """A Hypothesis state machine: write, update (content and metadata), delete (guarded or not),
-rebuild, reopen and search (filtered or not) against a dict model."""
+restore from the trash, rebuild, reopen and search (filtered or not) against a dict model."""
 from __future__ import annotations
 
 import json
@@ -44,6 +44,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = MemoryStore.open(self.dir)
         self.model: dict[str, Model] = {}  # live messages only
         self.order: list[str] = []  # write order
+        self.trash: dict[str, Model] = {}  # deleted messages, in delete order, until a rebuild
 
     def teardown(self) -> None:
         self.store.close()
@@ -91,12 +92,28 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.store.delete_message(message_id=mid, **args)["status"] == (
             "OK" if hit else "NOT_FOUND")
         if hit:
-            del self.model[mid]
+            self.trash[mid] = self.model.pop(mid)
+
+    @rule(mid=ids)
+    def restore(self, mid):
+        if mid not in self.trash:
+            try:
+                self.store.restore_message(message_id=mid)
+                raise AssertionError("restore of a message not in the trash succeeded")
+            except ConvMemError as exc:
+                assert exc.code == ("VALIDATION_ERROR" if mid in self.model else "NOT_FOUND")
+            return
+        m = self.store.restore_message(message_id=mid)["message"]
+        model = self.trash.pop(mid)
+        model = replace(model, revision=model.revision + 1)
+        assert (m["content"], m["revision"], m["metadata"]["tags"]) == (model.content, model.revision, model.tags)
+        self.model[mid] = model
 
     @rule()
     def rebuild(self):
         r = self.store.rebuild_index()
         assert r["messages_indexed"] == len(self.model)
+        self.trash.clear()  # gone for good
 
     @rule()
     def reopen(self):
@@ -133,6 +150,12 @@ class StoreMachine(RuleBasedStateMachine):
                 meta = m["metadata"]
                 assert (meta["tags"], meta["memory_kind"], meta["importance"]) == (
                     model.tags, model.kind, model.importance)
+
+    @invariant()
+    def trash_matches(self):
+        listed = self.store.list_deleted(limit=1000)
+        assert [e["message_id"] for e in listed["deleted"]] == list(self.trash)[::-1]
+        assert [e["snippet"] for e in listed["deleted"]] == [m.content for m in self.trash.values()][::-1]
 
     @invariant()
     def health_counts(self):
