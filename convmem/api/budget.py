@@ -77,8 +77,10 @@ def fit_item(item: dict[str, Any], field: str, max_tokens: int) -> dict[str, Any
     if room < 0:
         item[field] = full
         return None
-    # The field's own JSON text (escapes included) is what grows: search its prefix by that.
-    lo, hi = 0, min(len(full), BYTES_PER_TOKEN * (room + 1))
+    # The field's own JSON text (escapes included) is what grows: search its prefix by that. A
+    # proper prefix only: the whole text did not fit marked false, and "true" is a byte shorter,
+    # so the whole text marked truncated could fit and would be a lie.
+    lo, hi = 0, min(len(full) - 1, BYTES_PER_TOKEN * (room + 1))
     while lo < hi:
         mid = (lo + hi + 1) // 2
         item[field] = full[:mid]

@@ -74,8 +74,8 @@ def deleted_entry(rec: Record, seq: int) -> dict[str, Any]:
 class TrashTools:
     """list_deleted and restore_message, as methods of MemoryStore (which this is mixed into)."""
 
-    def list_deleted(self: "MemoryStore", *, limit: Any = None, cursor: Any = None,
-                     session_id: Any = None) -> dict[str, Any]:
+    def list_deleted(self: "MemoryStore", *, limit: int | None = None, cursor: str | None = None,
+                     session_id: str | None = None) -> dict[str, Any]:
         """Deleted messages that restore_message can bring back, most recently deleted first:
         {"deleted": [...], "total_deleted": n, "nextCursor"?}; `session_id` keeps one session's."""
         lim = v.ranged("limit", limit, LIST_DELETED_LIMIT)
@@ -120,7 +120,7 @@ class TrashTools:
             return result
 
     @once_more
-    def restore_message(self: "MemoryStore", *, message_id: Any = None) -> dict[str, Any]:
+    def restore_message(self: "MemoryStore", *, message_id: str) -> dict[str, Any]:
         """Bring a deleted message back as it was when deleted (a new revision of it):
         {"status": "OK", "message": {...}}. NOT_FOUND for an id the trash does not hold (never
         stored, or removed for good by rebuild_index); VALIDATION_ERROR for a live message."""

@@ -470,3 +470,21 @@ def test_a_deleted_message_made_current_again_counts_again(store: MemoryStore) -
     assert store.list_tags()["tags"] == [{"tag": "r", "count": 2}]
     assert store.remember(session_id="s1", content="Restorable  FACT")["message"]["message_id"] == mid
     assert [m["message_id"] for m in store.start_session(budget_tokens=1000)["memories"]] == [mid]
+
+
+def test_a_cut_text_is_a_proper_prefix_even_where_true_is_shorter_than_false() -> None:
+    """`"content_truncated": true` is a byte shorter than false: an item whose whole text misses
+    the cap by that byte must not come back whole and marked truncated."""
+    from convmem.api.budget import fit_item
+
+    seen = 0
+    for n in range(1, 400):
+        item = {"content": "x" * n, "content_truncated": False}
+        over = json_tokens(item) - 1  # the whole item, marked false, is just over this cap
+        if json_tokens({"content": "x" * n, "content_truncated": True}) > over:
+            continue  # not a boundary case for this length
+        seen += 1
+        fitted = fit_item(dict(item), "content", over)
+        assert fitted is not None and fitted["content_truncated"] is True
+        assert len(fitted["content"]) < n and json_tokens(fitted) <= over
+    assert seen > 0  # the boundary case was exercised
