@@ -96,3 +96,5 @@ def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code 
 
 class _Frozen:
     def arrays(self) -> dict[str, np.ndarray]: ...  # any thread; ValueError: a damaged list
+
+BUILD: str  # "debug" or "release": how this module was compiled (convmem._core.BUILD_TYPE)

@@ -1388,3 +1388,9 @@ cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_
         pos += 1
     added[0] = m
     return pos
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"
