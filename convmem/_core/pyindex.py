@@ -183,6 +183,9 @@ class SearchIndex:
         self._term_keys: list[int] = []
         # the twin always scores exhaustively, in one thread, every doc
         self.window = 4096
+        # prune_density exists for the compiled index's API; the twin never prunes, whatever it is
+        self.prune_density = 0
+        self.last_postings = 0  # (the compiled index's count of the query's postings)
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
@@ -191,6 +194,11 @@ class SearchIndex:
         self.last_windows_skipped = 0
         self.last_blocks_skipped = 0
         self.last_docs_skipped = 0
+
+    def _set_prune_density(self, n: int) -> None:
+        if n < 0:
+            raise ValueError("prune_density must be >= 0")
+        self.prune_density = n
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
