@@ -158,7 +158,7 @@ def test_index_search_always_pruned(benchmark: Any, corpus: Corpus, index: Searc
     index._set_prune_density(0)
     try:
         benchmark(lambda: index.search(next(queries), K))
-        assert index.last_pruned
+        assert index.prune_density == 0
     finally:
         index._set_prune_density(default)
 
