@@ -78,3 +78,23 @@ def parse_sizes(text: str, name: str = "--sizes") -> list[int]:
     if not sizes or any(s <= 0 for s in sizes):
         raise SystemExit(f"{name} must be comma-separated positive integers, not {text!r}")
     return sizes
+
+
+def existing_store(path: str | Path, messages: int | None = None) -> int:
+    """The number of messages in the store at `path`, checked before any work: a missing
+    directory or one without a store's log is an error (not an empty store to measure), and so
+    is a store whose size is not the `messages` the figures will be labelled with."""
+    from convmem import MemoryStore
+    from convmem.store.logfile import LOG_NAME
+
+    p = Path(path)
+    if not p.is_dir():
+        raise SystemExit(f"{p}: no such store directory (build one first, e.g. convmem import "
+                         "or compare_fts5.py --keep-stores)")
+    if not (p / LOG_NAME).is_file():
+        raise SystemExit(f"{p}: not a convmem store (no {LOG_NAME})")
+    with MemoryStore.open(p) as store:
+        n = int(store.get_system_health()["active_messages"])
+    if messages is not None and n != messages:
+        raise SystemExit(f"{p} holds {n} messages, not the {messages} of --messages")
+    return n

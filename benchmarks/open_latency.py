@@ -34,7 +34,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402,F401  (convmem on the path)
+import _results  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -214,7 +214,10 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    _results.refuse_debug_build("open_latency.py")
+    _results.existing_store(args.store)  # a missing directory is an error, not an empty store
     res = {"open": cmd_open, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
+    res["machine"] = _results.machine_info()
     line = json.dumps(res, ensure_ascii=False)
     print(line)
     if args.out:
