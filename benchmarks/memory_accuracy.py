@@ -42,6 +42,7 @@ import json
 import shutil
 import subprocess
 import sys
+import tempfile
 
 STEMMER_CACHE_WORDS = 10_000  # PyStemmer's default cache size
 
@@ -320,14 +321,16 @@ def run_sizes(sizes: list[int], seed: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for size in sizes:
         corpus_file = corpus.ensure_corpus(size, seed)
-        store_dir = workdir / f"memacc-{size}-s{seed}"
+        # A directory of its own: two runs at once never share (or wipe) a store.
+        workdir.mkdir(parents=True, exist_ok=True)
+        store_dir = Path(tempfile.mkdtemp(prefix=f"memacc-{size}-s{seed}-", dir=workdir)) / "store"
         per: dict[str, Any] = {}
         try:
             for phase in ("import", "reopen"):
                 per[phase] = run_phase(phase, corpus_file, store_dir)
                 print_result(size, per[phase])
         finally:
-            shutil.rmtree(store_dir, ignore_errors=True)
+            shutil.rmtree(store_dir.parent, ignore_errors=True)
         out[str(size)] = per
     return out
 

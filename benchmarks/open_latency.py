@@ -156,7 +156,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
             quiet_f.append(f)
         # A periodic snapshot, as a write triggers it (store._after_write): the write that makes
         # it due, then writes until it is on disk. Measured: every write from the trigger on.
-        from convmem.api import store as store_module
+        from convmem.api import snapshots as snapshot_cadence
         during_w, during_f = [], []
         trigger_w: list[float] = []
         snaps = 0
@@ -166,7 +166,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
                 with st._mutex:
                     st._wait_snapshot()  # (the last one's outcome taken before the count is set)
             cat = st._catalog
-            cat.unsaved_records = max(store_module.SNAPSHOT_EVERY_RECORDS, cat.index.n_docs // 4)
+            cat.unsaved_records = max(snapshot_cadence.SNAPSHOT_EVERY_RECORDS, cat.index.n_docs // 4)
             t0 = time.perf_counter()
             w, f = one_write(10_000 + len(during_w))
             trigger_w.append(w)

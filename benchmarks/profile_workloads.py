@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import os
 import pstats
 import shutil
 import sys
@@ -105,11 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from convmem import MemoryStore
-    from convmem._core import CORE_KIND
+    from convmem._core import BUILD_TYPE, CORE_KIND, CORE_PATH
 
-    debug = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
-    print(f"core: {CORE_KIND}; CONVMEM_DEBUG in this shell: {debug} (the build flag is what counts)")
+    if args.messages <= 0 or args.ops <= 0:
+        p.error("--messages and --ops must be positive")
+    # A debug build is what this script is for when looking inside the core (line tracing), so
+    # it is named, not refused: its times are not the release build's.
+    print(f"core: {CORE_KIND}, build: {BUILD_TYPE} ({CORE_PATH})")
     corpus_file = corpus.ensure_corpus(args.messages, args.seed)
+    corpus.DATA_DIR.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="convmem-profile-", dir=corpus.DATA_DIR))
     try:
         t0 = time.perf_counter()
