@@ -65,8 +65,8 @@ def refuse_debug_build(script: str) -> None:
     from convmem._core import BUILD_TYPE, CORE_PATH, DEBUG_MODULES
     if BUILD_TYPE == "debug" and os.environ.get("CONVMEM_BENCH_ALLOW_DEBUG", "") in ("", "0"):
         raise SystemExit(f"{script}: the core at {CORE_PATH} is a debug build "
-                         f"({', '.join(DEBUG_MODULES)}): rebuild it (python setup.py build_ext "
-                         "--inplace) or set CONVMEM_BENCH_ALLOW_DEBUG=1")
+                         f"({', '.join(DEBUG_MODULES)}): rebuild it (rm convmem/_core/*.c; "
+                         "python setup.py build_ext --inplace) or set CONVMEM_BENCH_ALLOW_DEBUG=1")
 
 
 def parse_sizes(text: str, name: str = "--sizes") -> list[int]:

@@ -93,8 +93,9 @@ def _labelled(request: pytest.FixtureRequest) -> Iterator[None]:
         return
     if LABELS["build"] == "debug" and not ALLOW_DEBUG:
         pytest.fail(f"refusing to benchmark a debug build of the core ({LABELS['core_path']}): "
-                    "rebuild without CONVMEM_DEBUG (python setup.py build_ext --inplace), or set "
-                    "CONVMEM_BENCH_ALLOW_DEBUG=1 to time it labelled build=debug", pytrace=False)
+                    "rebuild without CONVMEM_DEBUG (rm convmem/_core/*.c; python setup.py "
+                    "build_ext --inplace), or set CONVMEM_BENCH_ALLOW_DEBUG=1 to time it labelled "
+                    "build=debug", pytrace=False)
     if "[compiled" in request.node.name and LABELS["core"] != "compiled":
         pytest.fail(f"refusing to time {request.node.name} with the {LABELS['core']} core "
                     "(CONVMEM_PURE is set): the row would measure the twin", pytrace=False)

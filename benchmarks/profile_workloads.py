@@ -1,7 +1,7 @@
 """Profile a search-heavy and a write-heavy convmem workload with cProfile; print the top costs.
 
     python benchmarks/profile_workloads.py [--messages 20000] [--workload search|write|both]
-        [--ops 3000] [--top 25] [--save DIR]
+        [--ops 3000] [--top 25] [--save DIR] [--no-cprofile]
 
 - search: a store built from the seeded corpus (the import is not profiled), then `--ops` calls of
   search_messages over the seeded query set (limit 20), with one context read
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--save", default=None, help="directory for the raw .prof files")
+    p.add_argument("--no-cprofile", action="store_true",
+                   help="run the workloads unprofiled, for an outside profiler (py-spy, perf)")
     args = p.parse_args(argv)
 
     from convmem import MemoryStore
@@ -127,6 +129,14 @@ def main(argv: list[str] | None = None) -> int:
             texts = mixed_texts(500, args.seed)
             runs.append(("write", lambda s: write_workload(s, texts, args.ops)))
         for name, fn in runs:
+            if args.no_cprofile:
+                with MemoryStore.open(work / "store") as store:
+                    t0 = time.perf_counter()
+                    fn(store)
+                    elapsed = time.perf_counter() - t0
+                print(f"{name}-heavy workload on {args.messages} messages: {args.ops} operations in "
+                      f"{elapsed:.2f} s ({elapsed / args.ops * 1e6:.0f} us per op, no cProfile)")
+                continue
             with MemoryStore.open(work / "store") as store:
                 prof = cProfile.Profile()
                 t0 = time.perf_counter()
