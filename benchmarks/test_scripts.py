@@ -165,3 +165,15 @@ def test_gate_smoke(tmp_path: Path) -> None:
     assert "write_median_over_fdatasync_floor" in done.stdout and "gate: " in done.stdout
     assert (tmp_path / "g.json").is_file()
 
+
+
+def test_compiled_rows_refuse_the_twin(tmp_path: Path) -> None:
+    """Under CONVMEM_PURE=1 a [compiled...] row would time the twin: it errors, naming why,
+    while the twin's own rows run."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(HERE / "bench_codec.py"), "--benchmark-disable", "-rE"],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+                          env=dict(os.environ, CONVMEM_PURE="1", CONVMEM_BENCH_DATA=str(tmp_path)))
+    assert done.returncode != 0
+    assert "refusing to time test_encode_message[compiled-1KB msg] with the pure-python core" in done.stdout
+    assert "test_encode_message[twin-1KB msg]" not in done.stdout.split("short test summary")[-1]
