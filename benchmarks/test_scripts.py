@@ -177,3 +177,38 @@ def test_compiled_rows_refuse_the_twin(tmp_path: Path) -> None:
     assert done.returncode != 0
     assert "refusing to time test_encode_message[compiled-1KB msg] with the pure-python core" in done.stdout
     assert "test_encode_message[twin-1KB msg]" not in done.stdout.split("short test summary")[-1]
+
+
+def test_filtered_search(tmp_path: Path) -> None:
+    out = tmp_path / "f.json"
+    run("filtered_search.py", "--messages", "300", "--queries", "10", "--rounds", "1",
+        "--store", str(tmp_path / "s"), "--results", str(out), data=tmp_path)
+    import json
+    r = json.loads(out.read_text())
+    assert r["messages"] == 300 and r["core"] == "compiled"
+    done = run("filtered_search.py", "--messages", "400", "--queries", "10", "--rounds", "1",
+               "--store", str(tmp_path / "s"), data=tmp_path, ok=False, timeout=60)
+    assert done.returncode != 0 and "300 messages" in done.stderr
+
+
+def test_recall_latency(store: Path, tmp_path: Path) -> None:
+    import shutil
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)  # it writes (remember, after-write figures)
+    out = tmp_path / "r.json"
+    run("recall_latency.py", "--store", str(copy), "--messages", str(STORE_SIZE), "--queries", "10",
+        "--repeat", "5", "--writes", "2", "--results", str(out), data=tmp_path)
+    import json
+    r = json.loads(out.read_text())
+    assert r["active_messages"] >= STORE_SIZE and r["recall"]["p50_ms"] > 0
+    done = run("recall_latency.py", "--store", str(tmp_path / "none"), "--messages", "300",
+               data=tmp_path, ok=False, timeout=60)
+    assert done.returncode != 0 and "not a convmem store" in done.stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_trash(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    run("trash.py", "--messages", "300", "--deleted", "30", "--rounds", "5",
+        "--data-dir", str(tmp_path / "d"), "--results", str(out), data=tmp_path)
+    assert out.is_file() and not (tmp_path / "d").exists()
