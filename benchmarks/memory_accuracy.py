@@ -9,6 +9,7 @@ Attributing traced bytes to the estimate's categories: each allocation's traceba
 frames) is searched for convmem frames:
 - a frame in convmem/catalog/sessions.py -> history_index_bytes,
 - a frame in convmem/catalog/relations.py -> relation_index_bytes,
+- a frame in convmem/catalog/recall_keys.py -> "index" (the recall keys are metadata_bytes),
 - a frame on a line of convmem/catalog/catalog.py that calls the compiled search index
   (`self.index.*`, `index.*`, `core_index.*`, `new_index.*`; compiled code has no frames of its own, so its allocations show up
   on the calling line) -> "index" = metadata_bytes + search_index_bytes (the index reports its
@@ -16,7 +17,10 @@ frames) is searched for convmem frames:
   one call into the two),
 - any other frame in convmem/ -> store_entries_bytes (slot/doc columns, the id dict), unless it is
   the log/snapshot I/O code (convmem/store/), which is reported as "store_io" (not estimated),
-- no convmem frame at all -> "outside" (interpreter, test harness; reported, not compared).
+- no convmem frame at all -> "outside" (interpreter, test harness; reported, not compared); so
+  are the caller's input objects made by its parser while bulk import iterated them (the strings
+  of them the catalog keeps are counted by the estimate, but not attributable here), and objects
+  parsed from the snapshot's meta count as "store_io".
 Bodies are not held in memory by the store (body_bytes is 0), so they have no category here.
 
 A reopened store maps its snapshot file (mmap) and uses the arrays in place: those bytes are not
@@ -94,6 +98,11 @@ def index_call_lines(path: Path = API_FILE) -> set[int]:
             if func.startswith(INDEX_CALL_PREFIXES):
                 lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
                 methods.add(func.rsplit(".", 1)[-1])
+        # Token keys computed ahead of the call that hands them to the index (the import batch
+        # keeps them for the recall keys too): the index holds those arrays.
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and ast.unparse(node.value.func) == "token_keys"):
+            lines.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     if "add" not in methods:
         raise RuntimeError(f"memory_accuracy: no call of the search index's add() found in {path} "
                            f"(prefixes {INDEX_CALL_PREFIXES}): update INDEX_CALL_PREFIXES")
@@ -117,6 +126,16 @@ def classify(frames: list[tuple[str, int]], index_lines: set[int],
     convmem_frames = [(f.replace("\\", "/"), n) for f, n in frames if "/convmem/" in f.replace("\\", "/")]
     if not convmem_frames:
         return "outside"
+    innermost = convmem_frames[-1][0]  # (tracemalloc lists frames oldest first)
+    if innermost.endswith("convmem/api/bulk.py") and "/convmem/" not in frames[-1][0].replace("\\", "/"):
+        # The caller's own input objects, made by its parser while bulk import iterated them;
+        # the strings the catalog keeps of them (session names, tags) are the estimate's, but
+        # which structure keeps which cannot be told from here: not compared.
+        return "outside"
+    if innermost.endswith("convmem/store/snapshot.py"):
+        # Parsed from the snapshot's meta (session names, tag sets the catalog keeps): the
+        # parser's allocation, kept by structures tracemalloc cannot tell apart: store_io.
+        return "store_io"
     for f, n in convmem_frames:
         if f.endswith("convmem/catalog/sessions.py"):
             return "history_index_bytes"
@@ -124,6 +143,8 @@ def classify(frames: list[tuple[str, int]], index_lines: set[int],
             return "relation_index_bytes"
         if f.endswith("convmem/validation.py") and n in relation_lines:
             return "relation_index_bytes"
+        if f.endswith("convmem/catalog/recall_keys.py"):
+            return "index"  # the recall keys: the estimate counts them in metadata_bytes
     for f, n in convmem_frames:
         if f.endswith("convmem/catalog/catalog.py") and n in index_lines:
             return "index"
@@ -164,7 +185,9 @@ def section_category(name: str) -> str:
         return "history_index_bytes"
     if name.startswith("rel_"):
         return "relation_index_bytes"
-    return "store_entries_bytes"  # slot_*, doc_*, slot_ulid, id_table
+    if name.startswith("rk."):
+        return "index"  # the recall keys (metadata_bytes)
+    return "store_entries_bytes"  # slot_*, doc_*, slot_ulid, id_table, trash_*
 
 
 def snapshot_sections_by_category(store_dir: Path) -> dict[str, int]:
