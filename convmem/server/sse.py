@@ -36,6 +36,7 @@ from mcp.server.sse import SseServerTransport
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
 from convmem.tools import CONTRACT, ToolCatalog
@@ -171,7 +172,13 @@ def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[T
 
     async def post_message(scope: Any, receive: Any, send: Any) -> None:
         streams.posted(scope)
-        await transport.handle_post_message(scope, receive, send)
+        try:
+            await transport.handle_post_message(scope, receive, send)
+        except ClientDisconnect:
+            # The body ended early: the client went away mid-body (there is no one to answer),
+            # or BodyBudget cut it off (it answers 503 itself once this returns). The SDK lets
+            # the exception out, which Starlette would turn into a 500 and a logged traceback.
+            logger.debug("a POST ended before its body did")
 
     post: Any = _Asgi(post_message)
     middleware: list[Middleware] = []

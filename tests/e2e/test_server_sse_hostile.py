@@ -132,3 +132,45 @@ def test_a_post_to_a_closed_session_gets_404(server: HttpServer) -> None:
         time.sleep(0.5)
     assert answer.status_code == 404, answer.status_code
     _still_serving(server)
+
+
+def test_a_client_gone_mid_body_leaves_no_traceback_and_others_are_served(tmp_path) -> None:
+    srv = HttpServer(tmp_path / "data", transport="sse")
+    try:
+        stream = RawStream(srv)
+        host, port = address(srv)
+        for _ in range(3):  # Content-Length promises more than is sent, then the client is gone
+            with socket.create_connection((host, port), timeout=ANSWER_TIMEOUT) as sock:
+                sock.sendall(f"POST {stream.endpoint} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                             "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{".encode())
+        stream.close()
+        _still_serving(srv)
+    finally:
+        assert srv.close() == b""
+    assert "Traceback" not in b"".join(srv.stderr_lines).decode()
+
+
+def test_bodies_over_the_shared_budget_get_503_not_500(tmp_path) -> None:
+    """BodyBudget cuts a body off once the bodies being received at once pass its limit; over SSE
+    the SDK let the cut-off escape as a 500 with a traceback instead of the 503 to retry."""
+    srv = HttpServer(tmp_path / "data", prelude="import convmem.server.http as h\nh.MAX_BUFFERED_BODIES = 4000\n",
+                     transport="sse")
+    try:
+        stream = RawStream(srv)
+        host, port = address(srv)
+        with socket.create_connection((host, port), timeout=ANSWER_TIMEOUT) as sock:
+            sock.sendall(f"POST {stream.endpoint} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                         "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+            try:
+                for _ in range(5):
+                    sock.sendall(b"%x\r\n" % 2000 + b" " * 2000 + b"\r\n")
+                    time.sleep(0.05)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # answered and closed before the body ended
+            answer = sock.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 503") and b"retry-after" in answer.lower(), answer[:200]
+        stream.close()
+        _still_serving(srv)
+    finally:
+        assert srv.close() == b""
+    assert "Traceback" not in b"".join(srv.stderr_lines).decode()
