@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from convmem import MemoryStore
 from convmem.owner import SharedStore
 from convmem.tools import run_tool
 from convmem.tools.toolsets import EVERY_TOOL
@@ -413,3 +414,75 @@ def test_invalid_utf8_over_stdio_is_refused_writes_nothing_and_names_the_request
     response = stdio_server.answer(request_id)
     assert response["error"]["code"] == -32700 and "UTF-8" in response["error"]["message"]
     assert _stdio_log_state(stdio_server) == before
+
+
+# --- Hypothesis: sequences, with every cursor replayed later --------------------------------
+
+_STEP = st.sampled_from(["write", "remember", "delete", "restore", "update", "rebuild", "reopen", "read"])
+
+
+@settings(max_examples=max(10, FUZZ_EXAMPLES // 6), deadline=None)
+@given(steps=st.lists(st.tuples(_STEP, st.integers(0, 2**16)), min_size=5, max_size=40))
+def test_sequences_with_stale_cursors_never_fail_internally(tmp_path_factory: pytest.TempPathFactory,
+                                                            steps: list[tuple[str, int]]) -> None:
+    """Writes, deletes, restores, rebuilds and reopenings, each followed by listings that replay
+    cursors made before them (stale, from another listing or from before a rebuild): every
+    answer is a result or a clean refusal, and a refusal writes nothing."""
+    directory = tmp_path_factory.mktemp("sequence") / "data"
+    store = MemoryStore.open(directory)
+    ids: list[str] = []
+    cursors: list[str] = []
+    sessions = ("a", "b")
+
+    def call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+        before = store.get_system_health()["log_size"]
+        outcome = run_tool(store, name, args, EVERY_TOOL)
+        payload = json.loads(outcome.text)
+        if outcome.is_error:
+            assert _check_error(payload) in ("VALIDATION_ERROR", "NOT_FOUND", "CONFLICT"), (name, args, payload)
+            assert store.get_system_health()["log_size"] == before, (name, args)
+        for key in ("nextCursor", "cursor"):
+            if isinstance(payload.get(key), str):
+                cursors.append(payload[key])
+        return payload
+
+    try:
+        for step, n in steps:
+            pick = ids[n % len(ids)] if ids else "0" * 26
+            if step in ("write", "remember"):
+                meta = {"tags": [("t1", "t2", "é")[n % 3]], "summary": "" if n % 2 else "s"}
+                if ids and n % 4 == 0:
+                    meta["relations"] = [{"type": "derived_from", "message_id": pick}]
+                args = {"session_id": sessions[n % 2], "content": ("x", "東京 y", "dup")[n % 3] * (1 + n % 3),
+                        "metadata_json": json.dumps(meta)}
+                if step == "write":
+                    args["role"] = "user"
+                payload = call("write_message" if step == "write" else "remember", args)
+                if "message" in payload:
+                    ids.append(payload["message"]["message_id"])
+            elif step == "delete":
+                call("delete_message", {"message_id": pick})
+            elif step == "restore":
+                call("restore_message", {"message_id": pick})
+            elif step == "update":
+                call("update_message", {"message_id": pick, "content": "u" * (1 + n % 2), "expected_revision": 1 + n % 3})
+            elif step == "rebuild":
+                call("rebuild_index", {})
+            elif step == "reopen":
+                store.close()
+                store = MemoryStore.open(directory)
+            old = cursors[n % len(cursors)] if cursors else None
+            for name, args, param in (
+                    ("read_messages", {"session_id": sessions[n % 2], "limit": 1, "order": ("asc", "desc")[n % 2]}, "cursor"),
+                    ("read_messages", {"view": "sessions", "limit": 1}, "cursor"),
+                    ("search_messages", {"query": "x 東京", "limit": 1}, "cursor"),
+                    ("start_session", {"budget_tokens": 1 + n % 300}, "since"),
+                    ("list_tags", {"limit": 1}, "cursor"),
+                    ("list_deleted", {"limit": 1}, "cursor"),
+                    ("recall", {"query": "dup", "budget_tokens": 1 + n % 500}, None)):
+                if param is not None:
+                    args = {**args, param: old if old is not None and n % 3 else ("" if name == "search_messages" else None)}
+                    args = {k: v for k, v in args.items() if v is not None}
+                call(name, args)
+    finally:
+        store.close()
