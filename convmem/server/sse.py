@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
+from uuid import UUID
 
 import anyio
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
@@ -106,6 +107,10 @@ class _Stream:
     def posted(self, scope: Any) -> None:
         """Note a POST naming a session (the stream's idle clock starts again)."""
         sid = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id", [""])[0]
+        try:  # the SDK reads the id as a UUID (any case, hyphens allowed): so must its idle clock
+            sid = UUID(hex=sid).hex
+        except ValueError:
+            return
         if sid in self.last_post:
             self.last_post[sid] = time.monotonic()
 

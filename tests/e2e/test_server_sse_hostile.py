@@ -6,11 +6,13 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from uuid import UUID
 
 import anyio
 import httpx2
 import pytest
 
+from convmem.server.sse import _Stream
 from e2e_helpers import ANSWER_TIMEOUT, HttpServer, ok
 from test_server_sse import FAST, RawStream, address, base, sse
 
@@ -174,3 +176,16 @@ def test_bodies_over_the_shared_budget_get_503_not_500(tmp_path) -> None:
     finally:
         assert srv.close() == b""
     assert "Traceback" not in b"".join(srv.stderr_lines).decode()
+
+
+@pytest.mark.parametrize("spelling", [str.upper, lambda h: str(UUID(hex=h)), lambda h: "{" + h + "}"])
+def test_a_post_to_another_spelling_of_the_session_id_keeps_the_stream_alive(spelling) -> None:
+    """The SDK takes the session id as a UUID in any spelling; the idle clock must too, or a
+    client spelling it differently is cut off as idle while it posts."""
+    streams = _Stream(server=None, transport=None, idle_timeout=60.0)
+    sid = "0123456789abcdef0123456789abcdef"
+    streams.last_post[sid] = 0.0
+    streams.posted({"query_string": f"session_id={spelling(sid)}".encode()})
+    assert streams.last_post[sid] > 0.0
+    streams.posted({"query_string": b"session_id=not-a-uuid"})  # ignored, as the SDK refuses it
+    assert set(streams.last_post) == {sid}
