@@ -378,6 +378,11 @@ def instant(name: str, value: Any) -> int:
         return value
     if not isinstance(value, str) or len(value) > 64:
         raise fail(f"{name} must be epoch milliseconds (integer) or an ISO-8601 string")
+    # fromisoformat stops at a NUL (accepting "...Z\x00garbage") and takes a tab as a separator:
+    # an ISO-8601 text is printable ASCII, nothing else is looked at.
+    if not (value.isascii() and value.isprintable()):
+        raise fail(f"{name} must be an ISO-8601 date and time with a timezone, "
+                   "e.g. 2026-12-01T09:30:00Z")
     try:
         when = datetime.fromisoformat(value)
     except ValueError:

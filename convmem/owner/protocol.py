@@ -6,9 +6,18 @@ big-endian length, then that many bytes of JSON (orjson). A request is
 `{"id": n, "op": name, "args": {...}}`; its answer `{"id": n, "ok": value}` or
 `{"id": n, "error": {"code": ..., "message": ...}}`. Frames are bounded (MAX_FRAME) on both sides,
 so no peer can make the other buffer without limit.
+
+A request must reach the owner with exactly the arguments it was given, bad ones included, so that
+the owner's validation answers it as a local store would: orjson refuses lone surrogates and
+integers beyond 64 bits and writes NaN and infinities as null (which would read as "not given").
+Such a message is written by the json module instead (`\\ud800` escapes, exact integers, `NaN`)
+after one space, which tells the reader to read it with the json module too (orjson would read a
+big integer as a float).
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 import socket
 import struct
@@ -31,8 +40,39 @@ class ProtocolError(Exception):
     """The peer sent something that is not a frame of this protocol."""
 
 
+def _has_non_finite(value: Any) -> bool:
+    if type(value) is float:
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_has_non_finite(v) for v in value)
+    return False
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    """The frame's JSON: orjson's, unless orjson would change or refuse a value (see above)."""
+    try:
+        body = orjson.dumps(message)
+    except TypeError:  # a lone surrogate, an integer beyond 64 bits
+        body = None
+    if body is not None and not (b"null" in body and _has_non_finite(message)):
+        return body
+    try:
+        return b" " + json.dumps(message, separators=(",", ":")).encode("ascii")
+    except (TypeError, ValueError) as exc:  # (an integer of more digits than Python prints)
+        raise ProtocolError(f"a message cannot be encoded: {exc}") from None
+
+
+def decode(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body[:1] == b" " else orjson.loads(body)
+    except (ValueError, RecursionError) as exc:  # (orjson.JSONDecodeError is a ValueError)
+        raise ProtocolError("a frame is not JSON") from exc
+
+
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
-    body = orjson.dumps(message)
+    body = encode(message)
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"a frame of {len(body)} bytes is over the limit of {MAX_FRAME}")
     sock.sendall(_LEN.pack(len(body)) + body)
@@ -47,10 +87,7 @@ def receive(sock: socket.socket) -> dict[str, Any] | None:
     if n > MAX_FRAME:
         raise ProtocolError(f"a frame of {n} bytes is over the limit of {MAX_FRAME}")
     body = _read_exactly(sock, n, eof_ok=False)
-    try:
-        message = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ProtocolError("a frame is not JSON") from exc
+    message = decode(body)
     if not isinstance(message, dict):
         raise ProtocolError("a frame is not a JSON object")
     return message

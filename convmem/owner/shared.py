@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..errors import BUSY, ConvMemError
+from ..errors import BUSY, VALIDATION_ERROR, ConvMemError
 from ..store.lock import SHARED_NOTE, holder
 from ..tools.toolsets import ALL_READ_TOOL_NAMES, ALL_TOOL_NAMES
 from . import protocol
@@ -182,6 +182,11 @@ class SharedStore:
             protocol.send(self._sock, {"id": rid, "op": op, "args": args})
         except OSError as exc:
             raise _NotSent from exc
+        except protocol.ProtocolError as exc:
+            # Nothing was sent: arguments over the frame limit (far over every field's own) or
+            # not encodable at all. A local store would have refused them too.
+            raise ConvMemError(VALIDATION_ERROR, f"{op}: the arguments cannot be sent to the "
+                                                 f"store's owner ({exc})") from None
         try:
             answer = protocol.receive(self._sock)
         except (OSError, protocol.ProtocolError) as exc:

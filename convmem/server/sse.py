@@ -28,6 +28,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs
+from uuid import UUID
 
 import anyio
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
@@ -36,6 +37,7 @@ from mcp.server.sse import SseServerTransport
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 
 from convmem.tools import CONTRACT, ToolCatalog
@@ -105,6 +107,10 @@ class _Stream:
     def posted(self, scope: Any) -> None:
         """Note a POST naming a session (the stream's idle clock starts again)."""
         sid = parse_qs(scope.get("query_string", b"").decode("latin-1")).get("session_id", [""])[0]
+        try:  # the SDK reads the id as a UUID (any case, hyphens allowed): so must its idle clock
+            sid = UUID(hex=sid).hex
+        except ValueError:
+            return
         if sid in self.last_post:
             self.last_post[sid] = time.monotonic()
 
@@ -171,7 +177,13 @@ def build_sse_app(store: Any, version: str, host: str, port: int, tokens: list[T
 
     async def post_message(scope: Any, receive: Any, send: Any) -> None:
         streams.posted(scope)
-        await transport.handle_post_message(scope, receive, send)
+        try:
+            await transport.handle_post_message(scope, receive, send)
+        except ClientDisconnect:
+            # The body ended early: the client went away mid-body (there is no one to answer),
+            # or BodyBudget cut it off (it answers 503 itself once this returns). The SDK lets
+            # the exception out, which Starlette would turn into a 500 and a logged traceback.
+            logger.debug("a POST ended before its body did")
 
     post: Any = _Asgi(post_message)
     middleware: list[Middleware] = []

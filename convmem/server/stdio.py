@@ -86,11 +86,19 @@ def _recover_lone_surrogates(item: SessionMessage | Exception) -> SessionMessage
 
 
 def parse_line(line: bytes) -> SessionMessage | Exception:
-    """One stdin line as the SDK's stdio transport reads it (UTF-8 with replacement, then the
-    JSON-RPC model), with lone surrogates recovered. A line that is not a message comes back as the
-    exception, which the SDK logs and drops."""
+    """One stdin line as the SDK's stdio transport reads it (UTF-8, then the JSON-RPC model), with
+    lone surrogates recovered. A line that is not a message comes back as the exception, which the
+    SDK logs and drops (LineReadStream answers it instead).
+
+    Unlike the SDK (which decodes with replacement), invalid UTF-8 is refused: JSON text is UTF-8
+    (RFC 8259), Streamable HTTP and SSE refuse such a body with -32700, and replacing would store
+    U+FFFD in place of what the client sent, a write the client never asked for."""
     try:
-        message = types.jsonrpc_message_adapter.validate_json(line.decode("utf-8", "replace"), by_name=False)
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(text, by_name=False)
     except Exception as exc:  # the SDK's transport passes any parse failure on the same way
         return _recover_lone_surrogates(exc)
     return SessionMessage(message)
@@ -398,8 +406,12 @@ class LineReadStream(_ReadStreamProtocol):
         nests too deep to read), -32600 when it is JSON but not JSON-RPC; addressed to its id
         when one can be read from it, as HTTP answers such a body."""
         try:
+            if isinstance(exc, UnicodeDecodeError):
+                raise exc
             json.loads(raw)
             code, what = types.INVALID_REQUEST, "not a JSON-RPC message"
+        except UnicodeDecodeError:
+            code, what = types.PARSE_ERROR, "not valid UTF-8 (JSON text must be)"
         except (ValueError, RecursionError):
             code, what = types.PARSE_ERROR, "not valid JSON"
         request_id = request_id_from_prefix(raw[:_OVERLONG_PREFIX])

@@ -42,8 +42,8 @@ def error_outcome(code: str, message: str) -> ToolOutcome:
     return ToolOutcome(encode_payload(ConvMemError(code, message).to_payload()), is_error=True)
 
 
-def _describe_names(names: list[str]) -> str:
-    shown = sorted(n for n in names if _PRINTABLE_NAME.fullmatch(n))[:_MAX_NAMES_SHOWN]
+def _describe_names(names: list[Any]) -> str:
+    shown = sorted(n for n in names if isinstance(n, str) and _PRINTABLE_NAME.fullmatch(n))[:_MAX_NAMES_SHOWN]
     hidden = len(names) - len(shown)
     parts = [f"'{n}'" for n in shown]
     if hidden:
@@ -59,6 +59,8 @@ def check_arguments(spec: ToolSpec, arguments: Mapping[str, Any] | None) -> dict
     """
     if arguments is None:
         arguments = {}
+    if not isinstance(arguments, Mapping):  # (MCP's SDK refuses these first; run_tool's callers may not)
+        raise ConvMemError(VALIDATION_ERROR, f"{spec.name}: arguments must be an object")
     unknown = [name for name in arguments if name not in spec.parameters]
     if unknown:
         plural = "s" if len(unknown) > 1 else ""

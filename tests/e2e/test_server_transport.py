@@ -87,10 +87,12 @@ def test_lines_parse_as_the_sdk_parses_them() -> None:
         assert item.message == types.jsonrpc_message_adapter.validate_json(line.decode(), by_name=False)
 
 
-def test_invalid_utf8_is_replaced_as_the_sdk_does() -> None:
-    item = parse_line(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"q":"a\xffb"}}}')
-    assert isinstance(item, SessionMessage)
-    assert item.message.params["arguments"]["q"] == "a\ufffdb"  # type: ignore[union-attr]
+@pytest.mark.parametrize("bad", [b"\xff", b"\xed\xa0\x80", b"\xc3", b"\xe6\x9d"])
+def test_invalid_utf8_is_refused_not_replaced(bad: bytes) -> None:
+    """(The SDK replaces it with U+FFFD, which would then be stored as if the client had sent it.)
+    Raw surrogate bytes (ED A0 80) are invalid UTF-8 too, unlike a `\\ud800` escape."""
+    item = parse_line(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"q":"a' + bad + b'b"}}}')
+    assert isinstance(item, UnicodeDecodeError)
 
 
 def test_lone_surrogate_escape_is_recovered() -> None:

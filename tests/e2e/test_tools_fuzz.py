@@ -266,6 +266,16 @@ def test_check_arguments_rules() -> None:
     assert check_arguments(TOOLS_BY_NAME["rebuild_index"], None) == {}
 
 
+@pytest.mark.parametrize("arguments", [[1, 2], "abc", 5, {1: 2}, {None: 1}, {("a",): 1}, {1: 2, "limit": 3}])
+def test_arguments_that_are_not_an_object_of_names_are_refused_in_process(arguments: Any) -> None:
+    """In-process callers of run_tool are not behind the SDK's check that arguments is an object:
+    a list, a string or a number, or keys that are not strings, are a VALIDATION_ERROR."""
+    outcome = run_tool(EchoStore(), "get_system_health", arguments)
+    payload = json.loads(outcome.text)
+    assert outcome.is_error and payload["error"]["code"] == "VALIDATION_ERROR"
+    assert "get_system_health" in payload["error"]["message"]
+
+
 def test_in_process_server_keeps_serving_after_an_internal_error() -> None:
     class FailsOnce(EchoStore):
         failed = False

@@ -30,6 +30,9 @@ CASES: list[tuple[str, bytes]] = [
     ("read_messages", b'null'),
     ("read_messages", b'[]'),
     ("search_messages", b'{"query":"\\u00e9t\\u00e9"}'),
+    # invalid UTF-8: stdio used to store U+FFFD in its place, HTTP refuses the body (-32700)
+    ("write_message", b'{"session_id":"s","role":"user","content":"a\xffb"}'),
+    ("write_message", b'{"session_id":"s\xed\xa0\x80","role":"user","content":"raw surrogate bytes"}'),
 ]
 
 

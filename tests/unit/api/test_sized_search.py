@@ -108,6 +108,10 @@ def test_time_edges_exact_to_the_millisecond(tmp_path) -> None:
     ({"before": 1.5}, "filters_json.before"),
     ({"before": True}, "filters_json.before"),
     ({"after": "yesterday"}, "filters_json.after"),
+    # fromisoformat would stop at the NUL (and take a tab for a separator): refused
+    ({"after": "2024-07-13T10:00:00Z\x00garbage"}, "filters_json.after"),
+    ({"before": "2024-07-13T10:00:00Z\x00"}, "filters_json.before"),
+    ({"after": "2024-07-13T10:00:00\tZ"}, "filters_json.after"),
     ({"roles": ["bot"]}, "filters_json.roles[]"),
     ({"roles": "user"}, "filters_json.roles"),
     ({"after": T0 + 2, "before": T0 + 1}, "filters_json.after"),

@@ -49,6 +49,45 @@ def test_second_opener_relays_every_kind_of_call(tmp_path):
         assert relay.rebuild_index()["messages_indexed"] == 3
 
 
+HOSTILE_CALLS = [
+    ("write_message", {"session_id": "s", "role": "user", "content": "a\ud800"}),
+    ("remember", {"session_id": "\udc00", "content": "x"}),
+    ("search_messages", {"query": "x", "limit": 2**70}),
+    ("search_messages", {"query": "x", "limit": -(2**64)}),
+    ("search_messages", {"query": "x", "limit": float("nan")}),
+    ("list_tags", {"limit": float("inf")}),
+    ("read_messages", {"view": "history", "session_id": "s", "limit": float("-inf")}),
+    ("list_deleted", {"session_id": "ok", "limit": [float("nan")]}),
+    ("search_messages", {"query": "x", "filters_json": '{"after": 1}', "min_importance": 10**400}),
+]
+
+
+@pytest.mark.parametrize("tool, args", HOSTILE_CALLS, ids=[f"{t}-{i}" for i, (t, _) in enumerate(HOSTILE_CALLS)])
+def test_arguments_json_cannot_carry_reach_the_owner_unchanged(tmp_path, tool, args):
+    """A lone surrogate, an integer beyond 64 bits, NaN or an infinity: the relay's answer is the
+    owner's (a VALIDATION_ERROR naming the field), not an INTERNAL_ERROR nor NaN read as "not
+    given"; nothing is written."""
+    with SharedStore.open(tmp_path) as owner, SharedStore.open(tmp_path) as relay:
+        size = owner.get_system_health()["log_size"]
+        answers = []
+        for s in (owner, relay):
+            with pytest.raises(ConvMemError) as err:
+                getattr(s, tool)(**args)
+            answers.append((err.value.code, err.value.message))
+        assert answers[0] == answers[1] and answers[0][0] == "VALIDATION_ERROR"
+        assert owner.get_system_health()["log_size"] == size
+
+
+def test_arguments_over_the_frame_limit_are_refused_before_sending(tmp_path, monkeypatch):
+    monkeypatch.setattr(protocol, "MAX_FRAME", 4096)
+    with SharedStore.open(tmp_path) as owner, SharedStore.open(tmp_path) as relay:
+        with pytest.raises(ConvMemError) as err:
+            relay.write_message(session_id="s", role="user", content="x" * 10_000)
+        assert err.value.code == "VALIDATION_ERROR" and "write_message" in err.value.message
+        assert relay.get_system_health()["active_messages"] == 0  # and the relay still works
+        assert owner.get_system_health()["active_messages"] == 0
+
+
 def test_export_through_the_relay_pages_through_everything(tmp_path, monkeypatch):
     monkeypatch.setattr(listener_module, "EXPORT_PAGE", 7)
     monkeypatch.setattr("convmem.owner.shared.EXPORT_PAGE", 7)
