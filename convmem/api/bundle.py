@@ -33,7 +33,12 @@ def pack(parts: list[dict[str, Any]], budget: int, text_cap: int | None = None) 
     full: list[int] = []
     least: list[int] = []
     kept: list[dict[str, Any]] = []
+    dropped: set[str] = set()  # parts left out: their neighbours (anchored to them) go too
     for part in parts:
+        anchor = part.get("anchor")
+        if anchor is not None and anchor in dropped:
+            dropped.add(part["message_id"])
+            continue
         text = part["content"]
         # No part can use more characters than 4 per token of the budget: cut before measuring.
         if len(text) > BYTES_PER_TOKEN * budget:
@@ -47,6 +52,8 @@ def pack(parts: list[dict[str, Any]], budget: int, text_cap: int | None = None) 
         if text_cap is not None:
             whole = min(whole, max(text_cap, need))
         if sum(least) + need + len(kept) + 1 > room:
+            if "message_id" in part:
+                dropped.add(part["message_id"])
             continue  # (a later, smaller part may still fit)
         kept.append(part)
         full.append(whole)

@@ -504,3 +504,26 @@ def test_a_restored_message_is_remembered_and_its_tags_counted_again(tmp_path: P
         assert again["duplicate"] is True and again["message"]["message_id"] == mid
     with MemoryStore.open(tmp_path / "s") as s:  # and after a reopen (snapshot or replay)
         assert s.remember(content="Use ruff for linting", session_id="a")["duplicate"] is True
+
+
+def test_a_neighbour_never_outlives_the_hit_it_belongs_to() -> None:
+    """pack leaves out a part that does not fit and goes on with smaller ones; a neighbour of a
+    hit left out must go too (an anchor always names a part of the bundle)."""
+    from convmem.api.bundle import pack
+
+    def part(mid: str, why: str, text: str, anchor: str | None = None) -> dict:
+        p = {"why": why, "message_id": mid, "total_bytes": len(text), "content": text}
+        if anchor:
+            p["anchor"] = anchor
+        return p
+
+    for budget in range(20, 200, 5):
+        parts = [part("A", "hit", "a" * 4000 + " " * 4000), part("a1", "after", "x", anchor="A"),
+                 part("B", "hit", "b")]
+        # the first hit needs more than the whole budget even cut to its least: left out
+        parts[0]["summary"] = "s" * (8 * budget)
+        out = pack(parts, budget)
+        ids = [p["message_id"] for p in out.parts]
+        assert "A" not in ids and "a1" not in ids, (budget, ids)
+        if ids:
+            assert ids == ["B"]
