@@ -26,10 +26,6 @@ log = logging.getLogger("convmem")
 
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024  # larger stores are verified in the background
 DEFER_SECTION_BYTES = 4 * 1024 * 1024  # index sections from this size are among them
-# The other sections of a large snapshot from this size on are checksummed in a thread while the
-# catalog is built from them (zlib runs without the GIL), and that check is over before the
-# catalog is used: a bad one rejects the snapshot as a bad checksum in read_snapshot does.
-OVERLAP_SECTION_BYTES = 1024 * 1024
 # A replay of the whole log from this size on (a store without a current snapshot, e.g. one
 # written by an older tokenizer) reports its progress on stderr, every 10%.
 REINDEX_PROGRESS_BYTES = 64 * 1024 * 1024
@@ -70,14 +66,10 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
     # log); a bad one then rebuilds the state from the log.
     big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
     deferred: Deferred = []
-    overlapped: Deferred = []  # (checked by `checker` before the catalog is returned)
 
     def defer(name: str, view: memoryview, crc: int) -> bool:
         if big and name.startswith("ix.") and len(view) >= DEFER_SECTION_BYTES:
             deferred.append((name, view, crc))
-            return True
-        if big and len(view) >= OVERLAP_SECTION_BYTES:
-            overlapped.append((name, view, crc))
             return True
         return False
 
@@ -93,7 +85,6 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
         # whose checksum was forged along with it)
         findings.snapshot_rejected(f"snapshot is damaged ({exc}); state rebuilt from the log")
         return None
-    checker = _Checker(overlapped)
     try:
         if meta.get("log_id") != logfile.log_id.hex():
             # A crash between the two renames of rebuild_index: the log is the truth.
@@ -113,43 +104,10 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
         catalog = Catalog.from_snapshot(read_record, meta, arrays)
     except (SnapshotError, codec.CorruptRecord, ConvMemError, KeyError, ValueError,
             TypeError, IndexError) as exc:
-        bad = checker.result()  # (damage explains the failure better than its symptom)
-        if bad is not None:
-            findings.snapshot_rejected(f"snapshot is damaged (snapshot section {bad!r} checksum "
-                                       "mismatch); state rebuilt from the log")
-        else:
-            findings.snapshot_rejected(f"snapshot is unusable ({exc}); state rebuilt from the log")
-        return None
-    finally:
-        bad = checker.result()
-    if bad is not None:
-        findings.snapshot_rejected(f"snapshot is damaged (snapshot section {bad!r} checksum "
-                                   "mismatch); state rebuilt from the log")
+        findings.snapshot_rejected(f"snapshot is unusable ({exc}); state rebuilt from the log")
         return None
     findings.deferred = deferred
     return catalog, covered, meta
-
-
-class _Checker:
-    """The checksums of `sections`, computed in a thread from construction on; `result()`
-    waits for them: the first bad section's name, or None."""
-
-    def __init__(self, sections: Deferred) -> None:
-        self._bad: list[str | None] = [None]
-        self._thread: threading.Thread | None = None
-        if sections:
-            def run() -> None:
-                try:
-                    self._bad[0] = verify_deferred(sections)
-                except Exception as exc:  # (never taken as a pass)
-                    self._bad[0] = f"{sections[0][0]}...: {exc}"
-            self._thread = threading.Thread(target=run, name="convmem-check", daemon=True)
-            self._thread.start()
-
-    def result(self) -> str | None:
-        if self._thread is not None:
-            self._thread.join()
-        return self._bad[0]
 
 
 def snapshot_matches_log(logfile: LogFile, covered: int, last_off: int, last_seq: int) -> bool:
