@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import corpus  # noqa: E402  (benchmarks/corpus.py)
+import _results  # noqa: E402
 
 CHILD = textwrap.dedent(r"""
     import json, os, shutil, sys, tempfile, time
@@ -105,6 +106,12 @@ def main() -> None:
     p.add_argument("--results", default="", help="write the figures as JSON here")
     args = p.parse_args()
     a, b = Path(args.a).resolve(), Path(args.b).resolve()
+    for checkout in (a, b):  # before building any store
+        if not list((checkout / "convmem" / "_core").glob("index*.so")):
+            p.error(f"{checkout} is not a convmem checkout built in place "
+                    "(python setup.py build_ext --inplace there first)")
+    if min(args.messages, args.queries, args.writes, args.rounds) <= 0:
+        p.error("--messages, --queries, --writes and --rounds must be positive")
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     corpus_path = work / f"corpus-{args.messages}-s{args.seed}.jsonl"
@@ -140,7 +147,8 @@ def main() -> None:
         va, vb = figures["a"][key], figures["b"][key]
         print(f"{key:<18}{va:>12.1f}{vb:>12.1f}{vb / va:>8.2f}")
     if args.results:
-        Path(args.results).write_text(json.dumps({"messages": args.messages, "rounds": args.rounds,
+        Path(args.results).write_text(json.dumps({"machine": _results.machine_info(),
+                                                  "messages": args.messages, "rounds": args.rounds,
                                                   "a": str(a), "b": str(b), **figures}, indent=1))
 
 

@@ -15,6 +15,15 @@ import pytest
 from convmem._core import codec, pycodec
 
 N_RECORDS = 100_000
+pytestmark = pytest.mark.benchmark(group="codec")
+MODS = [codec, pycodec]
+MSG_IDS = ["compiled-1KB msg", "twin-1KB msg"]
+
+
+@pytest.fixture(autouse=True)
+def _size(benchmark, request):
+    """Every codec row is one ~1 KB message except the log scans (sized there)."""
+    benchmark.extra_info["size"] = f"one {len(PAYLOAD)} B message"
 
 
 def _message_args(rng: random.Random) -> tuple:
@@ -43,27 +52,28 @@ def log() -> bytes:
     )
 
 
-@pytest.mark.parametrize("mod", [codec, pycodec], ids=["compiled", "twin"])
+@pytest.mark.parametrize("mod", MODS, ids=MSG_IDS)
 def test_encode_message(benchmark, mod):
     assert benchmark(mod.encode_message, *ARGS) == PAYLOAD
 
 
-@pytest.mark.parametrize("mod", [codec, pycodec], ids=["compiled", "twin"])
+@pytest.mark.parametrize("mod", MODS, ids=MSG_IDS)
 def test_decode_message(benchmark, mod):
     assert benchmark(mod.decode_message, PAYLOAD) == ARGS
 
 
-@pytest.mark.parametrize("mod", [codec, pycodec], ids=["compiled", "twin"])
+@pytest.mark.parametrize("mod", MODS, ids=MSG_IDS)
 def test_encode_decode_message(benchmark, mod):
     assert benchmark(lambda: mod.decode_message(mod.encode_message(*ARGS))) == ARGS
 
 
-def test_message_content_span(benchmark):
+@pytest.mark.parametrize("size", ["compiled-1KB msg"])
+def test_message_content_span(benchmark, size):
     start, n = benchmark(codec.message_content_span, PAYLOAD)
     assert PAYLOAD[start : start + n].decode() == ARGS[9]
 
 
-@pytest.mark.parametrize("mod", [codec, pycodec], ids=["compiled", "twin"])
+@pytest.mark.parametrize("mod", MODS, ids=MSG_IDS)
 def test_encode_record(benchmark, mod):
     assert len(benchmark(mod.encode_record, mod.REC_MESSAGE, 42, PAYLOAD)) == 20 + len(PAYLOAD)
 
@@ -74,13 +84,15 @@ def _throughput(benchmark, nbytes: int) -> None:
         benchmark.extra_info["GB/s"] = round(nbytes / benchmark.stats.stats.median / 1e9, 2)
 
 
-@pytest.mark.parametrize("verify_crc", [True, False], ids=["crc", "nocrc"])
+@pytest.mark.parametrize("verify_crc", [True, False], ids=["compiled-crc-100k records", "compiled-nocrc-100k records"])
 def test_scan_log(benchmark, log, verify_crc):
+    benchmark.extra_info["size"] = f"{N_RECORDS} records, {len(log)} B log"
     scan = benchmark.pedantic(codec.scan_log, (log, 0, -1, verify_crc), rounds=10, iterations=1)
     assert len(scan.offsets) == N_RECORDS and scan.error is None
     _throughput(benchmark, len(log))
 
 
 def test_zlib_crc32_reference(benchmark, log):
+    benchmark.extra_info["size"] = f"{len(log)} B"
     benchmark.pedantic(zlib.crc32, (log,), rounds=10, iterations=1)
     _throughput(benchmark, len(log))

@@ -1,7 +1,7 @@
 """Search latency of the compiled index (convmem._core.index) on a synthetic corpus.
 
 The corpus is built here, in memory, from keys directly (no tokenizer, no store): CONVMEM_BENCH_DOCS
-docs (default 100000), 40-60 content keys each drawn from a Zipf law (s = 1.05) over a vocabulary
+docs (default CONVMEM_BENCH_SIZE, itself 100000 by default), 40-60 content keys each drawn from a Zipf law (s = 1.05) over a vocabulary
 of 2 x docs words, a fifth of the docs Japanese-like (half of their keys CJK bigrams over 3000
 characters, themselves Zipf), 10 % with a 5-15 key summary, 0-3 tags from 50.
 
@@ -23,9 +23,11 @@ import numpy as np
 import pytest
 
 import _paths  # noqa: F401  (convmem: installed, or the checkout built in place)
-from convmem._core.index import SearchIndex
+from convmem._core import index as _index  # the loaded core: the twin under CONVMEM_PURE=1
 
-DOCS = int(os.environ.get("CONVMEM_BENCH_DOCS", "100000"))
+SearchIndex = _index.SearchIndex
+
+DOCS = int(os.environ.get("CONVMEM_BENCH_DOCS") or os.environ.get("CONVMEM_BENCH_SIZE") or "100000")
 SEED = 1
 K = 20
 CLASSES = ("rare", "mid", "common", "mixed")
@@ -117,20 +119,53 @@ def index(corpus: Corpus) -> SearchIndex:
     return corpus.build()
 
 
-@pytest.mark.parametrize("cls", CLASSES)
-def test_search(benchmark: Any, corpus: Corpus, index: SearchIndex, cls: str) -> None:
+def _size_id(n: int) -> str:
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+pytestmark = pytest.mark.benchmark(group="search")
+SIZE_ID = f"{_size_id(DOCS)} docs"
+
+
+def _label(benchmark: Any, what: str) -> None:
+    benchmark.extra_info.update(size=f"{DOCS} synthetic docs, {what}, k={K}", index_docs=DOCS)
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=[f"{c}-{SIZE_ID}" for c in CLASSES])
+def test_index_search(benchmark: Any, corpus: Corpus, index: SearchIndex, cls: str) -> None:
+    """SearchIndex.search as shipped (it picks the pruned or exhaustive scorer per query)."""
+    _label(benchmark, f"{cls} queries")
     queries = itertools.cycle(corpus.queries(cls, 500))
     docs, scores, breakdown = benchmark(lambda: index.search(next(queries), K))
     assert len(docs) <= K and breakdown.shape == (len(docs), 3)
 
 
-def test_search_exhaustive_common(benchmark: Any, corpus: Corpus, index: SearchIndex) -> None:
-    """The unpruned scorer on the queries that touch most postings, for comparison."""
-    queries = itertools.cycle(corpus.queries("common", 500))
+@pytest.mark.parametrize("cls", CLASSES, ids=[f"{c}-{SIZE_ID}" for c in CLASSES])
+def test_index_search_exhaustive(benchmark: Any, corpus: Corpus, index: SearchIndex, cls: str) -> None:
+    """The unpruned scorer forced, for comparison with test_index_search."""
+    _label(benchmark, f"{cls} queries, exhaustive")
+    queries = itertools.cycle(corpus.queries(cls, 500))
     benchmark(lambda: index.search(next(queries), K, exhaustive=True))
+    assert not index.last_pruned
 
 
-def test_search_filtered(benchmark: Any, corpus: Corpus, index: SearchIndex) -> None:
+@pytest.mark.parametrize("cls", CLASSES, ids=[f"{c}-{SIZE_ID}" for c in CLASSES])
+def test_index_search_always_pruned(benchmark: Any, corpus: Corpus, index: SearchIndex, cls: str) -> None:
+    """The pruned scorer forced on every query (prune_density 0), for comparison."""
+    _label(benchmark, f"{cls} queries, always pruned")
+    queries = itertools.cycle(corpus.queries(cls, 500))
+    default = index.prune_density
+    index._set_prune_density(0)
+    try:
+        benchmark(lambda: index.search(next(queries), K))
+        assert index.prune_density == 0
+    finally:
+        index._set_prune_density(default)
+
+
+@pytest.mark.parametrize("size", [DOCS], ids=[SIZE_ID])
+def test_index_search_filtered(benchmark: Any, corpus: Corpus, index: SearchIndex, size: int) -> None:
+    _label(benchmark, "mixed queries, kinds 1-2 and importance >= 50")
     queries = itertools.cycle(corpus.queries("mixed", 500))
     docs, _, _ = benchmark(lambda: index.search(next(queries), K, kind_mask=0b000110,
                                                 min_importance=50))
@@ -149,6 +184,11 @@ def _percentiles(ix: SearchIndex, queries: list[np.ndarray], **kw: Any) -> tuple
     return float(np.percentile(ms, 50)), float(np.percentile(ms, 99)), float(ms.mean())
 
 
+def _pruned(ix: SearchIndex, q: np.ndarray) -> bool:
+    ix.search(q, K)
+    return bool(ix.last_pruned)
+
+
 def main() -> int:
     t0 = time.perf_counter()
     corpus = Corpus(DOCS)
@@ -160,12 +200,29 @@ def main() -> int:
     print(f"docs={DOCS} postings~{int(corpus.offsets[-1])} generate={t1 - t0:.1f}s "
           f"build={t2 - t1:.1f}s ({(t2 - t1) / DOCS * 1e6:.1f} us/doc)")
     print("bytes/doc (buffered, segments as built):", bytes_per_doc(ix))
-    for mode, kw in (("pruned", {}), ("exhaustive", {"exhaustive": True})):
-        for cls in CLASSES:
-            qs = corpus.queries(cls, 2000)
-            _percentiles(ix, qs[:200], **kw)  # warm the scratch arrays and caches
-            p50, p99, mean = _percentiles(ix, qs, **kw)
-            print(f"{mode:10s} {cls:7s} p50={p50:.3f} ms p99={p99:.3f} ms mean={mean:.3f} ms")
+    # Per class: the scorer as shipped (chosen per query by prune_density), the pruned one forced
+    # on every query (the choice before it existed) and the exhaustive one forced, interleaved
+    # query by query so that all three see the same noise.
+    shipped = ix.prune_density
+    modes: tuple[tuple[int, dict[str, Any]], ...] = ((shipped, {}), (0, {}), (shipped, {"exhaustive": True}))
+    for cls in CLASSES:
+        qs = corpus.queries(cls, 2000)
+        times = np.empty((3, len(qs)))
+        for rep in range(2):  # the first pass warms the scratch arrays and caches
+            for i, q in enumerate(qs):
+                # the first run of a query pays for bringing its lists into the cache: rotate
+                for m in ((i + rep) % 3, (i + rep + 1) % 3, (i + rep + 2) % 3):
+                    density, kw = modes[m]
+                    ix._set_prune_density(density)
+                    t0 = time.perf_counter()
+                    ix.search(q, K, **kw)
+                    times[m, i] = time.perf_counter() - t0
+        ix._set_prune_density(shipped)
+        pruned_share = sum(_pruned(ix, q) for q in qs) / len(qs)
+        for m, mode in enumerate(("shipped", "pruned", "exhaustive")):
+            ms = times[m] * 1e3
+            print(f"{mode:10s} {cls:7s} p50={np.percentile(ms, 50):.4f} ms p99={np.percentile(ms, 99):.3f} ms "
+                  f"mean={ms.mean():.4f} ms" + (f"  (pruned {pruned_share:.0%} of queries)" if m == 0 else ""))
     qs = corpus.queries("mixed", 2000)
     p50, p99, mean = _percentiles(ix, qs, kind_mask=0b000110, min_importance=50)
     print(f"filtered   mixed   p50={p50:.3f} ms p99={p99:.3f} ms mean={mean:.3f} ms")

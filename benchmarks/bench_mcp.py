@@ -17,9 +17,13 @@ from typing import Any
 
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
+from conftest import BENCH_SIZE, size_id
 from mcp import Client, StdioServerParameters
 
 import _paths  # benchmarks/ is on the path (conftest.py)
+
+pytestmark = pytest.mark.benchmark(group="mcp")
+COLD_SIZE = 500
 
 
 def server_params(data_dir: Path) -> StdioServerParameters:
@@ -43,8 +47,10 @@ def mcp(imported_store_dir: Path) -> Iterator[tuple[BlockingPortal, Client]]:
             yield portal, client
 
 
+@pytest.mark.parametrize("size", [BENCH_SIZE], ids=[f"{size_id(BENCH_SIZE)} msgs"])
 def test_mcp_search_round_trip(benchmark: Any, mcp: tuple[BlockingPortal, Client],
-                               bench_queries: list[dict[str, Any]]) -> None:
+                               bench_queries: list[dict[str, Any]], size: int) -> None:
+    benchmark.extra_info.update(size=f"{size} messages, stdio", store_messages=size)
     portal, client = mcp
     queries = itertools.cycle(bench_queries)
 
@@ -57,14 +63,17 @@ def test_mcp_search_round_trip(benchmark: Any, mcp: tuple[BlockingPortal, Client
     assert health["status"] == "OK"
 
 
+@pytest.mark.parametrize("size", [COLD_SIZE], ids=[f"{COLD_SIZE} msgs"])
 def test_mcp_cold_start_first_search(benchmark: Any, tmp_path: Path, corpus_messages: list[dict[str, Any]],
-                                     bench_queries: list[dict[str, Any]]) -> None:
+                                     bench_queries: list[dict[str, Any]], size: int) -> None:
     """Spawn the server, initialise the session, run one search, shut down (a host's cold start)."""
     from convmem import MemoryStore
 
+    size = min(size, len(corpus_messages))
+    benchmark.extra_info.update(size=f"{size} messages, stdio spawn", store_messages=size)
     data = tmp_path / "cold"
     with MemoryStore.open(data) as store:
-        store.import_messages(corpus_messages[:500])
+        store.import_messages(corpus_messages[:size])
 
     def cold() -> dict[str, Any]:
         with start_blocking_portal() as portal:

@@ -13,6 +13,7 @@ import pytest
 from convmem._core import tokenizer
 
 TARGET_BYTES = 1_000_000
+pytestmark = pytest.mark.benchmark(group="tokenizer")
 
 EN_WORDS = (
     "the a to and of is in it that you for on with this be are we can not have but just "
@@ -88,7 +89,16 @@ def _report(benchmark: pytest.FixtureRequest, name: str, text: str, capsys: pyte
         print(f"\n{name}: {nbytes} bytes, {share:.0%} Japanese chars, {mb_s:.1f} MB/s (median)")
 
 
-@pytest.mark.parametrize("corpus", list(CORPORA))
+def _ids(suffix: str) -> list[str]:
+    return [f"compiled-{c}-{suffix}" for c in CORPORA]
+
+
+@pytest.fixture(autouse=True)
+def _size(benchmark):
+    benchmark.extra_info["size"] = f"~{TARGET_BYTES // 1_000_000} MB of UTF-8 chat text"
+
+
+@pytest.mark.parametrize("corpus", list(CORPORA), ids=_ids("1MB string"))
 def test_token_keys_whole_corpus(benchmark, capsys, corpus: str) -> None:
     text = CORPORA[corpus]
     keys = benchmark(tokenizer.token_keys, text)
@@ -96,7 +106,7 @@ def test_token_keys_whole_corpus(benchmark, capsys, corpus: str) -> None:
     _report(benchmark, f"token_keys[{corpus}] one 1 MB string", text, capsys)
 
 
-@pytest.mark.parametrize("corpus", list(CORPORA))
+@pytest.mark.parametrize("corpus", list(CORPORA), ids=_ids("1MB per message"))
 def test_token_keys_per_message(benchmark, capsys, corpus: str) -> None:
     # The realistic shape: one call per chat message, so per-call overhead counts.
     messages = CORPORA[corpus].split("\n")
@@ -110,7 +120,8 @@ def test_token_keys_per_message(benchmark, capsys, corpus: str) -> None:
     _report(benchmark, f"token_keys[{corpus}] per message ({len(messages)} calls)", CORPORA[corpus], capsys)
 
 
-def test_normalize_mixed(benchmark, capsys) -> None:
+@pytest.mark.parametrize("size", ["compiled-mixed-1MB"])
+def test_normalize(benchmark, capsys, size) -> None:
     text = CORPORA["mixed"]
     benchmark(tokenizer.normalize, text)
     _report(benchmark, "normalize[mixed]", text, capsys)

@@ -24,9 +24,10 @@ With `--engines convmem,fts5,tantivy` (after `pip install tantivy`), tantivy is 
 same run under the same rules (see TantivyEngine); for convmem and tantivy the search core alone
 (top k with scores, no stored message read) is timed too, right after each full search.
 
-    python benchmarks/compare_fts5.py --sizes 10000,100000 --queries 1000
-Results are merged by size into benchmarks/results/compare_fts5.json, and plotted to
-compare_fts5.png when matplotlib is installed.
+    python benchmarks/compare_fts5.py --sizes 10000,100000 --queries 1000 [--save | --json PATH]
+    python benchmarks/compare_fts5.py --replot     # redraw the README plot from the committed results
+With --save, results are merged by size into benchmarks/results/compare_fts5.json and plotted to
+compare_fts5.png when matplotlib is installed; without --save or --json nothing is written.
 """
 from __future__ import annotations
 
@@ -34,14 +35,12 @@ import argparse
 import gc
 import importlib.util
 import json
-import os
-import platform
 import shutil
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,9 +52,10 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
 
+import _results  # noqa: E402
 import corpus  # noqa: E402  (benchmarks/corpus.py)
 
-RESULTS_DIR = HERE / "results"
+RESULTS_DIR = _results.RESULTS_DIR
 K = 20
 WEIGHTS = (1.0, 1.5, 2.0)  # content, summary, tags: convmem's field weights
 BATCH = 1000
@@ -102,14 +102,8 @@ def load_tokenizer() -> tuple[Callable[[str], list[str]], str]:
 
 
 def machine_info() -> dict[str, Any]:
-    try:
-        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                                capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        commit = ""
-    return {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-            "cpus": os.cpu_count(), "machine": platform.machine(), "commit": commit,
-            "date": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    """The machine, commit, core and build of this run (_results.machine_info)."""
+    return _results.machine_info()
 
 
 # --- engines ---------------------------------------------------------------------------------
@@ -582,12 +576,14 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"top-{r['k']} overlap between engines (mean): {r['topk_overlap_mean']:.2f}")
 
 
-def plot(all_results: dict[str, Any], path: Path) -> None:
+def plot(all_results: dict[str, Any], path: Path, required: bool = False) -> None:
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        if required:
+            raise SystemExit("compare_fts5: --replot needs matplotlib (pip install matplotlib)") from None
         print("compare_fts5: matplotlib is not installed; skipping the plot "
               "(pip install matplotlib to get it)", file=sys.stderr)
         return
@@ -610,7 +606,7 @@ def plot(all_results: dict[str, Any], path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, metadata={"Software": None})  # the same results give the same bytes
     print(f"plot written to {path}", file=sys.stderr)
 
 
@@ -626,23 +622,39 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes")
     p.add_argument("--queries", type=int, default=1000, help="queries per size")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--engines", default="convmem,fts5")
+    p.add_argument("--engines", default="convmem,fts5", help=f"comma-separated, of {', '.join(ENGINES)}")
     p.add_argument("--workdir", default=str(corpus.DATA_DIR / "stores"))
-    p.add_argument("--results", default=str(RESULTS_DIR / "compare_fts5.json"))
     p.add_argument("--keep-stores", action="store_true", help="keep the built stores in --workdir")
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw results/compare_fts5.png from the committed results/compare_fts5.json")
+    _results.add_output_args(p, "compare_fts5.json")
     args = p.parse_args(argv)
+    committed = RESULTS_DIR / "compare_fts5.json"
+    if args.replot:
+        plot(json.loads(committed.read_text())["sizes"], committed.with_suffix(".png"), required=True)
+        return 0
+    # Everything checked before minutes of building.
+    sizes = _results.parse_sizes(args.sizes)
     args.engines = [e for e in args.engines.split(",") if e]
-    results_path = Path(args.results)
+    unknown = [e for e in args.engines if e not in ENGINES]
+    if unknown or not args.engines:
+        p.error(f"--engines: unknown {unknown}; choose from {', '.join(ENGINES)}")
+    if "tantivy" in args.engines and importlib.util.find_spec("tantivy") is None:
+        p.error("--engines names tantivy, but its Python binding is not installed (pip install tantivy)")
+    if args.queries <= 0:
+        p.error("--queries must be positive")
+    _results.refuse_debug_build("compare_fts5.py")
+    results_path = _results.output_path(args, "compare_fts5.json")
     merged: dict[str, Any] = {}
-    if results_path.exists():
+    if results_path is not None and results_path.exists():
         merged = json.loads(results_path.read_text()).get("sizes", {})
-    for size in (int(s) for s in args.sizes.split(",") if s):
+    for size in sizes:
         r = run_size(size, args)
         print_table(r)
         merged[str(size)] = r
-        results_path.parent.mkdir(parents=True, exist_ok=True)
-        results_path.write_text(json.dumps({"sizes": merged}, indent=1))
-    plot(merged, results_path.with_suffix(".png"))
+        _results.write_json(results_path, {"sizes": merged})
+    if results_path is not None:
+        plot(merged, results_path.with_suffix(".png"))
     return 0
 
 

@@ -40,7 +40,10 @@ from typing import Any
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _paths  # noqa: E402  (the data directory outside the checkout)
+
+DATA_DIR = _paths.data_dir()  # generated corpora: a cache outside the checkout
 BASE_TS_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 VOCAB_SEED = 20240101  # fixed: the vocabulary is the same for every corpus seed
 MAX_CONTENT_BYTES = 480_000
@@ -475,7 +478,7 @@ def corpus_path(messages: int, seed: int) -> Path:
 
 
 def ensure_corpus(messages: int, seed: int) -> Path:
-    """The cached corpus file under benchmarks/data/, generated first if missing."""
+    """The cached corpus file under DATA_DIR, generated first if missing."""
     path = corpus_path(messages, seed)
     if not path.exists():
         generate(path, messages, seed)

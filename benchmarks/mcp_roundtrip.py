@@ -31,6 +31,7 @@ from mcp import Client, StdioServerParameters
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402  (corpus.py and convmem on the path)
+import _results  # noqa: E402
 import corpus  # noqa: E402
 
 
@@ -77,10 +78,15 @@ def main() -> None:
                     help="SDK client protocol era: legacy = initialize handshake (default)")
     ap.add_argument("--settle", type=float, default=0.0, help="seconds to wait before the round trips")
     args = ap.parse_args()
+    if args.queries <= 0:
+        ap.error("--queries must be positive")
+    _results.refuse_debug_build("mcp_roundtrip.py")
+    _results.existing_store(args.data_dir, args.messages)  # before spawning anything
     queries = corpus.make_queries(args.queries, 1, args.messages)
     with tempfile.TemporaryDirectory() as empty:
         print("empty store:", anyio.run(measure, empty, [], args.mode, 0.0))
-    print(f"{args.messages} messages:", anyio.run(measure, args.data_dir, queries, args.mode, args.settle))
+    print(f"{args.messages} messages:", anyio.run(measure, args.data_dir, queries, args.mode, args.settle),
+          _results.machine_info())
 
 
 if __name__ == "__main__":

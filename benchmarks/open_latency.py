@@ -52,7 +52,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402,F401  (convmem on the path)
+import _results  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -284,7 +284,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
             quiet_f.append(f)
         # A periodic snapshot, as a write triggers it (store._after_write): the write that makes
         # it due, then writes until it is on disk. Measured: every write from the trigger on.
-        from convmem.api import store as store_module
+        from convmem.api import snapshots as snapshot_cadence
         during_w, during_f = [], []
         trigger_w: list[float] = []
         snaps = 0
@@ -294,7 +294,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
                 with st._mutex:
                     st._wait_snapshot()  # (the last one's outcome taken before the count is set)
             cat = st._catalog
-            cat.unsaved_records = max(store_module.SNAPSHOT_EVERY_RECORDS, cat.index.n_docs // 4)
+            cat.unsaved_records = max(snapshot_cadence.SNAPSHOT_EVERY_RECORDS, cat.index.n_docs // 4)
             t0 = time.perf_counter()
             w, f = one_write(10_000 + len(during_w))
             trigger_w.append(w)
@@ -353,7 +353,11 @@ def main() -> None:
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    _results.refuse_debug_build("open_latency.py")
+    if args.cmd != "spawn":  # (spawn takes a missing directory for the empty store)
+        _results.existing_store(args.store)  # a missing directory is an error, not an empty store
     res = {"open": cmd_open, "spawn": cmd_spawn, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
+    res["machine"] = _results.machine_info()
     line = json.dumps(res, ensure_ascii=False)
     print(line)
     if args.out:

@@ -41,7 +41,8 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import _paths  # noqa: E402,F401  (convmem on the path)
+import _paths  # noqa: E402,F401
+import _results  # noqa: E402
 
 DOC_DIR = Path("/usr/share/debian-reference")
 MIN_BODY = 200
@@ -273,6 +274,7 @@ def main() -> None:
             print(f"  {label:28s} MRR@10 {r['mrr@10']:.4f}")
         _against_fts5(results["pooled"], "  ")
     if args.json:
+        results["machine"] = _results.machine_info()
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
 
 

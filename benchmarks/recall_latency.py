@@ -65,6 +65,10 @@ def main() -> int:
     ap.add_argument("--writes", type=int, default=50)
     ap.add_argument("--results", type=Path, default=None)
     args = ap.parse_args()
+    # Checked before any work: opening a missing directory would create an empty store and the
+    # figures would be labelled with a size it does not have.
+    if not (args.store / "messages.log").is_file():
+        raise SystemExit(f"{args.store} is not a convmem store (no messages.log)")
 
     open_ms, store = timed(lambda: MemoryStore.open(args.store))
     out: dict[str, Any] = {"core": CORE_KIND, "store": str(args.store), "budget_tokens": args.budget,
@@ -72,6 +76,9 @@ def main() -> int:
     try:
         health = store.get_system_health()
         out["active_messages"] = health["active_messages"]
+        if not 0.9 * args.messages <= health["active_messages"] <= args.messages:
+            raise SystemExit(f"{args.store} holds {health['active_messages']} messages, not about "
+                             f"{args.messages}: give the store's size as --messages")
         queries = corpus.make_queries(args.queries, args.seed, args.messages)
         keep = ("query", "session_id", "filters_json", "min_importance")
         recall_args = [{k: q[k] for k in keep if k in q} for q in queries]

@@ -27,6 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402
+import _results  # noqa: E402
 import corpus  # noqa: E402
 
 INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -75,6 +76,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=500)
     ap.add_argument("--settle", type=float, default=5.0, help="seconds after opening before measuring")
     args = ap.parse_args()
+    _results.refuse_debug_build("relay_latency.py")
+    _results.existing_store(args.data_dir, args.messages)  # before spawning anything
     owner = Host(args.data_dir)
     print(f"owner opened {args.messages} messages: first answer after {owner.initialize():.3f} s", flush=True)
     owner.call("get_system_health", {})

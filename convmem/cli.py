@@ -39,6 +39,20 @@ def core_kind() -> str | None:
     return str(CORE_KIND)
 
 
+def version_line() -> tuple[str, bool]:
+    """The --version text and whether the core loaded: the core kind, its build (a debug or -O0
+    build measures nothing, so say it) and the directory the core was loaded from."""
+    kind = core_kind()
+    if kind is None:
+        return f"convmem {__version__} (core: unavailable)\n", False
+    from convmem._core import BUILD_TYPE, CORE_PATH, DEBUG_MODULES
+
+    build = "" if BUILD_TYPE == "n/a" else f", build: {BUILD_TYPE}"
+    if DEBUG_MODULES:
+        build += f" ({', '.join(DEBUG_MODULES)})"
+    return f"convmem {__version__} (core: {kind}{build}; {CORE_PATH})\n", True
+
+
 def default_data_dir(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path:
     """$CONVMEM_DATA_DIR, else $XDG_DATA_HOME/convmem, else ~/.local/share/convmem."""
     if environ.get("CONVMEM_DATA_DIR"):
@@ -847,9 +861,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:
-        kind = core_kind()
-        sys.stdout.write(f"convmem {__version__} (core: {kind or 'unavailable'})\n")
-        return EXIT_OK if kind else EXIT_ERROR
+        line, loaded = version_line()
+        sys.stdout.write(line)
+        return EXIT_OK if loaded else EXIT_ERROR
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE

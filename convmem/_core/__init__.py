@@ -2,11 +2,14 @@
 
 The compiled extensions are always used unless CONVMEM_PURE=1 selects the readable pure-Python
 twins (pycodec, pytokenizer, pyindex, pyidmap, pysyncer), which exist as test oracles.
-`CORE_KIND` says which one is loaded; `convmem --version` prints it.
+`CORE_KIND` says which one is loaded, `BUILD_TYPE` how the compiled one was built ("release", or
+"debug" if any module is a CONVMEM_DEBUG or unoptimized build; "n/a" for the twins) and
+`CORE_PATH` where it was loaded from; `convmem --version` prints all three.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 PURE = os.environ.get("CONVMEM_PURE", "") not in ("", "0")
 
@@ -18,9 +21,19 @@ if PURE:
     from . import pytokenizer as tokenizer
 
     CORE_KIND = "pure-python"
+    BUILD_TYPE = "n/a"
+    DEBUG_MODULES: tuple[str, ...] = ()
 else:
-    from . import codec, idmap, index, syncer, tokenizer  # type: ignore[no-redef]
+    from . import codec, idmap, index, postings, score, syncer, tokenizer  # type: ignore[no-redef]
 
     CORE_KIND = "compiled"
+    # One module left from a debug build makes the whole core unfit for measuring.
+    DEBUG_MODULES = tuple(m.__name__.rsplit(".", 1)[1]
+                          for m in (codec, idmap, index, postings, score, syncer, tokenizer)
+                          if getattr(m, "BUILD", "debug") != "release")
+    BUILD_TYPE = "debug" if DEBUG_MODULES else "release"
 
-__all__ = ["codec", "idmap", "tokenizer", "index", "syncer", "CORE_KIND", "PURE"]
+CORE_PATH = str(Path(index.__file__).resolve().parent)
+
+__all__ = ["codec", "idmap", "tokenizer", "index", "syncer", "CORE_KIND", "BUILD_TYPE", "CORE_PATH",
+           "DEBUG_MODULES", "PURE"]

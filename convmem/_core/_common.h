@@ -37,6 +37,19 @@ static inline void cm_assert_fail(const char *cond, const char *file, int line) 
 #define CM_ASSERT(cond) ((void)0)
 #endif
 
+/* ---- build type ----------------------------------------------------------------------------
+ * CM_BUILD_DEBUG is 1 when this module was built for debugging rather than measuring: the
+ * CONVMEM_DEBUG build, or any build the compiler did not optimize (gcc and clang define
+ * __OPTIMIZE__ from -O1 up, so a leftover `-O0` build counts as debug too). Each module exports
+ * it as BUILD ("debug" / "release"); convmem._core.BUILD_TYPE and `convmem --version` report it
+ * and the benchmarks refuse to time a debug build as compiled.
+ */
+#if CM_DEBUG || !defined(__OPTIMIZE__)
+#define CM_BUILD_DEBUG 1
+#else
+#define CM_BUILD_DEBUG 0
+#endif
+
 /* ---- one worker thread -----------------------------------------------------------------------
  * A persistent thread that runs one posted job at a time and never touches Python objects: the
  * index's second scoring thread and the log's fdatasync thread. The owner posts a job, may poll

@@ -11,6 +11,8 @@ cdef extern from "_common.h" nogil:
     # condition) in a release build. CM_DEBUG is 1 in the debug build, for checks that loop.
     void CM_ASSERT(bint cond)
     enum: CM_DEBUG
+    # 1 in a debug or unoptimized (-O0) build: each module exports it as BUILD.
+    enum: CM_BUILD_DEBUG
 
     # The one worker thread (see _common.h): post a job, poll, wait; only the owner frees it.
     ctypedef void (*cm_job_fn)(void*) noexcept nogil

@@ -117,3 +117,5 @@ R_TAGS: int  # 12
 R_RELATIONS: int  # 13
 R_SOURCES: int  # 14
 RECORD_FIELDS: tuple[str, ...]  # their names, in that order
+
+BUILD: str  # "debug" or "release": how this module was compiled (convmem._core.BUILD_TYPE)

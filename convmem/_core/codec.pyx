@@ -645,3 +645,9 @@ def message_revision(buf, Py_ssize_t offset=0, Py_ssize_t length=-1):
     cdef Reader r = Reader(NULL, 0, 0)  # set by _open; initialised for -Wmaybe-uninitialized
     _open(&r, mv, offset, length)
     return load_u32(_message_fixed(&r) + 32)
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

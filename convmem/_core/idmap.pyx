@@ -207,3 +207,9 @@ cdef class IdMap:
     @property
     def nbytes(self):
         return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)  # (borrowed: mapped bytes)
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

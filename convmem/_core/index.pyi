@@ -16,6 +16,8 @@ _Keys = npt.NDArray[np.uint64] | Sequence[int]
 
 class SearchIndex:
     window: int  # doc ids per scoring window (default 4096)
+    prune_density: int  # queries below this many postings per 4096 doc ids are scored exhaustively
+    last_postings: int  # postings of the last search's query lists (0 in the twin)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
     last_session_docs: bool  # whether it scored only the session_docs it was given
@@ -99,9 +101,12 @@ class SearchIndex:
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
+    def _set_prune_density(self, n: int) -> None: ...  # >= 0; 0 prunes every query (tests, benchmarks)
 
 def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code stands for
 
 
 class _Frozen:
     def arrays(self) -> dict[str, np.ndarray]: ...  # any thread; ValueError: a damaged list
+
+BUILD: str  # "debug" or "release": how this module was compiled (convmem._core.BUILD_TYPE)

@@ -65,6 +65,10 @@ ARRAYS_FORMAT = IX_ARRAYS_FORMAT
 FIELDS = ("content", "summary", "tags")
 
 cdef uint64_t CP_MASK = 0x1FFFFF
+# Default prune_density: the pruned scorer pays once a query averages 128 postings per window of
+# 4096 doc ids (measured at 100k and 1M docs, benchmarks/README.md "Choosing the scorer"); below
+# that, its per-window bounds cost more than they skip (mid-frequency terms, no dominant list).
+cdef int64_t IX_PRUNE_DENSITY = 128
 
 
 # ---- numpy and GArr ----------------------------------------------------------------------------
@@ -166,8 +170,10 @@ cdef class SearchIndex:
         self._views = NULL
         self._n_views = 0
         self.window = IX_WINDOW
+        self.prune_density = IX_PRUNE_DENSITY
         self._lock = threading.RLock()
         self.last_pruned = False
+        self.last_postings = 0
 
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)):
         k1, weights, b = _check_config(k1, weights, b)
@@ -897,6 +903,7 @@ cdef class SearchIndex:
                 raise ValueError("bad stats")
         self.last_stats = None
         self.last_pruned = False
+        self.last_postings = 0
         self.last_parallel = False
         self.last_session_docs = False
         self.last_windows_skipped = 0
@@ -933,7 +940,9 @@ cdef class SearchIndex:
         gterms = <const uint32_t*>self._q_terms.data
         for j in range(G):
             total += groups[j].n_postings
-        pruned = not exhaustive
+        self.last_postings = total
+        # Prune only dense queries: total * 4096 / n_docs is the postings per window of doc ids.
+        pruned = not exhaustive and total * IX_WINDOW >= self.prune_density * self._n_docs
         self.last_pruned = pruned
         # Scratch sized by the query: the lists of the segment that has the most of them.
         for m in range(self._n_views):
@@ -980,6 +989,13 @@ cdef class SearchIndex:
             o_bd[j, 1] = a[1]
             o_bd[j, 2] = a[2]
         return docs, scores, breakdown
+
+    def _set_prune_density(self, int64_t n) -> None:
+        """Tests and benchmarks: prune the queries that average at least n postings per window of
+        4096 doc ids (0: every query; a huge n: none, the planted regression of the gate)."""
+        if n < 0:
+            raise ValueError("prune_density must be >= 0")
+        self.prune_density = n
 
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
@@ -1431,3 +1447,9 @@ cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_
         pos += 1
     added[0] = m
     return pos
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

@@ -794,3 +794,9 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
     if out_chars.shape[0] == 0:
         return None
     return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, lens, c0, cb)
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

@@ -185,6 +185,9 @@ class SearchIndex:
         self._term_keys: list[int] = []
         # the twin always scores exhaustively, in one thread, every doc
         self.window = 4096
+        # prune_density exists for the compiled index's API; the twin never prunes, whatever it is
+        self.prune_density = 0
+        self.last_postings = 0  # (the compiled index's count of the query's postings)
         self.last_pruned = False
         self.last_parallel = False
         self.last_session_docs = False
@@ -195,6 +198,11 @@ class SearchIndex:
         self.last_docs_skipped = 0
         # (n_live, token totals per field, df per distinct query key ascending) of the last search
         self.last_stats: tuple | None = None
+
+    def _set_prune_density(self, n: int) -> None:
+        if n < 0:
+            raise ValueError("prune_density must be >= 0")
+        self.prune_density = n
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:

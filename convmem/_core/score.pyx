@@ -856,3 +856,9 @@ cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t wind
     else:
         _run(e, lists, window, prune, 0, 1)
     _heap_sort(e.q, e.heap, e.nh)
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

@@ -10,3 +10,5 @@ class Syncer:
     def pending(self) -> bool: ...  # started and not yet collected by wait()
     @property
     def nbytes(self) -> int: ...
+
+BUILD: str  # "debug" or "release": how this module was compiled (convmem._core.BUILD_TYPE)

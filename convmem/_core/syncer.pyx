@@ -113,3 +113,9 @@ cdef class Syncer:
     @property
     def nbytes(self) -> int:
         return sizeof(SyncJob) + (sizeof(cm_worker) if self.worker != NULL else 0)
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

@@ -716,3 +716,9 @@ def _inert_code_points(uint32_t stop=0x110000):
     that token_keys leaves out of the Python-level normalization."""
     cdef uint32_t c
     return [(c, _simple_map(c)) for c in range(stop) if _is_inert(c)]
+
+
+# The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by
+# convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"

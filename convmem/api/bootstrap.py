@@ -28,7 +28,7 @@ from ..domain import KINDS, TIERS
 from ..errors import ConvMemError
 from ..store.logfile import LogFile
 from ..validation import fail, ulid_str
-from .budget import json_tokens
+from .budget import json_tokens, with_text
 from .bundle import pack
 from .paging import Cursors
 from .records import RecordReader, message
@@ -141,13 +141,7 @@ def _memory(m: dict[str, Any]) -> dict[str, Any]:
     part: dict[str, Any] = {"message_id": m["message_id"], "session_id": m["session_id"],
                             "memory_kind": meta["memory_kind"], "memory_tier": meta["memory_tier"],
                             "importance": meta["importance"], "updated_at": m["updated_at"]}
-    if meta["tags"]:
-        part["tags"] = meta["tags"]
-    if "summary" in meta:
-        part["summary"] = meta["summary"][:512]
-    part["total_bytes"] = len(m["content"].encode("utf-8"))
-    part["content"] = m["content"]
-    return part
+    return with_text(part, m)
 
 
 def one_line(text: str) -> str:

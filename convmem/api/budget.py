@@ -90,3 +90,19 @@ def fit_item(item: dict[str, Any], field: str, max_tokens: int) -> dict[str, Any
             hi = mid - 1
     item[field] = full[:lo]
     return item
+
+
+SUMMARY_CHARS = 512  # of a message's summary in a budgeted part (the bundle, start_session)
+
+
+def with_text(part: dict[str, Any], m: dict[str, Any]) -> dict[str, Any]:
+    """`part` with message `m`'s tags and summary (when it has them), `total_bytes` and its
+    content last (the field fit_item cuts): a part of a budgeted answer."""
+    meta = m["metadata"]
+    if meta["tags"]:
+        part["tags"] = meta["tags"]
+    if "summary" in meta:
+        part["summary"] = meta["summary"][:SUMMARY_CHARS]
+    part["total_bytes"] = len(m["content"].encode("utf-8"))
+    part["content"] = m["content"]
+    return part

@@ -21,6 +21,7 @@ from ..domain import (BUDGET_TOKENS, LIST_TAGS_LIMIT, MAX_CONTENT_BYTES, MAX_SES
                       MIN_IMPORTANCE, NEAR_DUPLICATE_SIMILARITY, RECALL_LIMIT,
                       RECALL_NEIGHBOURS, RECALL_RELATION_DEPTH, ROLES)
 from . import bootstrap
+from .budget import with_text
 from .bundle import pack, used_tokens
 from ..store.logfile import LogFile
 from .paging import Cursors
@@ -231,10 +232,4 @@ def _part(m: dict[str, Any], why: str, **extra: Any) -> dict[str, Any]:
                             "session_id": m["session_id"], "role": m["role"],
                             "timestamp": m["timestamp"], "memory_kind": meta["memory_kind"],
                             "importance": meta["importance"]}
-    if meta["tags"]:
-        part["tags"] = meta["tags"]
-    if "summary" in meta:
-        part["summary"] = meta["summary"][:512]
-    part["total_bytes"] = len(m["content"].encode("utf-8"))
-    part["content"] = m["content"]
-    return part
+    return with_text(part, m)

@@ -16,6 +16,12 @@ N_KINDS = len(KINDS)
 _sizeof = sys.getsizeof  # numpy arrays that own their data count it too
 
 
+def _array_bytes(a: np.ndarray) -> int:
+    """An array with its data, a view too: a reopened store's histories are disjoint slices of
+    the snapshot's hist_* sections, used in place (mapped), which getsizeof leaves out."""
+    return _sizeof(a) + (0 if a.flags.owndata else a.nbytes)
+
+
 class Session:
     __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts")
 
@@ -37,11 +43,11 @@ class Session:
 
     def nbytes(self) -> int:
         """What this session holds: the object, its name, its two arrays and its counts."""
-        return (_sizeof(self) + _sizeof(self.name) + _sizeof(self.ts) + _sizeof(self.slots)
-                + _sizeof(self.kind_counts))
+        return (_sizeof(self) + _sizeof(self.name) + _array_bytes(self.ts)
+                + _array_bytes(self.slots) + _sizeof(self.kind_counts))
 
     def arrays_nbytes(self) -> int:
-        return _sizeof(self.ts) + _sizeof(self.slots)
+        return _array_bytes(self.ts) + _array_bytes(self.slots)
 
 
 class SessionIndex:
@@ -158,7 +164,10 @@ class SessionIndex:
         if by_num:  # Session.nbytes of each, summed without a call per session
             one = by_num[0]
             fixed = _sizeof(one) + _sizeof(one.ts) + _sizeof(one.slots) + _sizeof(one.kind_counts)
-            self._bytes += fixed * len(names) + sum(map(_sizeof, names))
+            # and the views' data (_array_bytes): together exactly the histories' entries
+            entries = offsets[len(names)]
+            data = entries * (hist_ts.itemsize + hist_slots.itemsize)
+            self._bytes += fixed * len(names) + sum(map(_sizeof, names)) + data
         self._order = None
 
     # -- queries ---------------------------------------------------------------------------

@@ -36,9 +36,15 @@ def test_version_names_the_loaded_core() -> None:
     expected = "pure-python" if os.environ.get("CONVMEM_PURE", "") not in ("", "0") else "compiled"
     done = run_cli("--version")
     assert done.returncode == 0
-    assert re.fullmatch(rf"convmem \d+\.\d+\.\d+\S* \(core: {expected}\)\n", done.stdout.decode()), done.stdout
+    build = "" if expected == "pure-python" else ", build: (?:release|debug)[^;]*"
+    m = re.fullmatch(rf"convmem \d+\.\d+\.\d+\S* \(core: {expected}{build}; (\S+)\)\n", done.stdout.decode())
+    assert m, done.stdout
+    # The directory the core was loaded from, the one this test process imports too.
+    import convmem._core
+    assert m.group(1) == str(Path(convmem._core.__file__).resolve().parent)
+    assert os.path.isdir(m.group(1))
     pure = run_cli("--version", env=child_env(CONVMEM_PURE="1"))
-    assert pure.stdout.decode().endswith("(core: pure-python)\n")
+    assert re.search(r"\(core: pure-python; \S+\)\n$", pure.stdout.decode()), pure.stdout
 
 
 def test_import_reports_every_bad_line_and_keeps_going(tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]) -> None:

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from e2e_helpers import PACKAGE_ROOT, RawStdioServer, run_cli
+from e2e_helpers import RawStdioServer, run_cli
 
 from convmem.owner.listener import _stream_catalog
 from convmem.tools import CONTRACT, TOOL_SPECS, ToolCatalog, ToolsetError, parse_toolsets
 from convmem.tools.toolsets import EVERY_TOOL, TOOLSET_NAMES
 
-GOLDEN = PACKAGE_ROOT / "tests" / "fixtures" / "contract_tool_schemas.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "contract_tool_schemas.json"
 
 
 def without_descriptions(value: Any) -> Any:

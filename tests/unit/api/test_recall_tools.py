@@ -517,3 +517,19 @@ def test_a_cut_text_is_a_proper_prefix_even_where_true_is_shorter_than_false() -
         assert fitted is not None and fitted["content_truncated"] is True
         assert len(fitted["content"]) < n and json_tokens(fitted) <= over
     assert seen > 0  # the boundary case was exercised
+
+
+def test_a_restored_message_is_remembered_and_its_tags_counted_again(tmp_path: Path) -> None:
+    """restore_message (the trash) makes the deleted version current again: the recall keys and
+    tag counts follow it, so remember finds it and list_tags counts it."""
+    with MemoryStore.open(tmp_path / "s") as s:
+        mid = s.write_message(session_id="a", role="user", content="Use   ruff for linting",
+                              metadata_json='{"tags":["tooling"]}')["message"]["message_id"]
+        assert s.delete_message(message_id=mid)["status"] == "OK"
+        assert s.list_tags()["tags"] == []
+        assert s.restore_message(message_id=mid)["status"] == "OK"
+        assert s.list_tags()["tags"] == [{"tag": "tooling", "count": 1}]
+        again = s.remember(content="use ruff for   LINTING", session_id="a")
+        assert again["duplicate"] is True and again["message"]["message_id"] == mid
+    with MemoryStore.open(tmp_path / "s") as s:  # and after a reopen (snapshot or replay)
+        assert s.remember(content="Use ruff for linting", session_id="a")["duplicate"] is True

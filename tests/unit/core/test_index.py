@@ -105,9 +105,12 @@ def build(cls, corpus_docs: list[tuple], removes: set[int] = frozenset()):
 
 
 def random_index(seed: int, n: int, remove_rate: float = 0.1):
-    """The same random history applied to a compiled index and a twin."""
+    """The same random history applied to a compiled index and a twin. The compiled one prunes
+    every query (prune_density 0), so the pruning tests reach the pruned scorer even with the
+    sparse queries that the default density would score exhaustively."""
     c = Corpus(seed)
     ixs = (compiled.SearchIndex(), twin.SearchIndex())
+    ixs[0]._set_prune_density(0)
     for d in range(n):
         args = c.doc()
         for ix in ixs:
@@ -224,6 +227,39 @@ def test_pruned_equals_exhaustive(seed: int) -> None:
     assert skipped.docs > 10_000
     if ix.window == 64:
         assert skipped.windows > 0
+
+
+def test_scorer_chosen_by_postings_per_window() -> None:
+    """By default a query averaging fewer than prune_density postings per 4096 doc ids is scored
+    exhaustively, a denser one pruned; the results are the same either way, prune_density 0
+    prunes every query and a huge one none."""
+    c, ix, tw = random_index(7, 8000, remove_rate=0.0)
+    ix._set_prune_density(compiled.SearchIndex().prune_density)
+    assert ix.prune_density == 128
+    def postings(w: int) -> int:
+        ix.search([w], 1, exhaustive=True)
+        return ix.last_postings
+    by_count = sorted((postings(int(w)), int(w)) for w in c.words)
+    common = [by_count[-1][1]]
+    rare = [next(w for n, w in by_count if n > 0)]
+    chosen = []
+    for q in (common, rare, common + rare):
+        got = ix.search(q, 10)
+        dense = ix.last_postings * 4096 >= 128 * ix.n_docs
+        assert ix.last_pruned == dense
+        chosen.append(dense)
+        assert_same(got, ix.search(q, 10, exhaustive=True))
+        assert_same(got, tw.search(q, 10))
+        ix._set_prune_density(0)
+        assert_same(ix.search(q, 10), got)
+        assert ix.last_pruned == (ix.last_postings > 0)
+        ix._set_prune_density(1 << 40)
+        assert_same(ix.search(q, 10), got)
+        assert not ix.last_pruned
+        ix._set_prune_density(128)
+    assert chosen == [True, False, True]
+    with pytest.raises(ValueError):
+        ix._set_prune_density(-1)
 
 
 @pytest.mark.parametrize("short_first", [False, True])

@@ -1,0 +1,214 @@
+"""Every benchmark script runs at a tiny size, leaves `git status` as it found it and rejects
+bad input before any work (CI runs this with the suites: `pytest benchmarks`).
+
+Each script gets its own data directory (CONVMEM_BENCH_DATA), so nothing lands in the checkout;
+none is given --save, so no committed result may change.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEBIAN_REFERENCE = Path("/usr/share/debian-reference")
+STORE_SIZE = 300
+
+
+def git_status() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=all"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def run(script: str, *args: str, data: Path, ok: bool = True, timeout: float = 300,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, CONVMEM_BENCH_DATA=str(data), **(env or {}))
+    done = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True,
+                          text=True, env=full_env, timeout=timeout, cwd=str(data))
+    if ok:
+        assert done.returncode == 0, f"{script} {args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(autouse=True)
+def _clean_checkout() -> Iterator[None]:
+    before = git_status()
+    yield
+    assert git_status() == before, "a benchmark script changed the checkout"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A convmem store of STORE_SIZE messages, kept by compare_fts5.py --keep-stores."""
+    data = tmp_path_factory.mktemp("bench-data")
+    engines = "convmem,fts5" + (",tantivy" if importlib.util.find_spec("tantivy") else "")
+    out = run("compare_fts5.py", "--sizes", str(STORE_SIZE), "--queries", "20", "--engines", engines,
+              "--keep-stores", "--workdir", str(data / "stores"), data=data)
+    assert "query" in out.stdout.lower()
+    path = data / "stores" / f"{STORE_SIZE}-s1" / "convmem"
+    assert (path / "messages.log").is_file()
+    return path
+
+
+def test_corpus(tmp_path: Path) -> None:
+    run("corpus.py", "--messages", "200", "--out", str(tmp_path / "c.jsonl"), data=tmp_path)
+    run("corpus.py", "queries", "--count", "10", "--messages", "200", "--out", str(tmp_path / "q.jsonl"),
+        data=tmp_path)
+    assert len((tmp_path / "c.jsonl").read_text().splitlines()) == 200
+    assert len((tmp_path / "q.jsonl").read_text().splitlines()) == 10
+
+
+def test_compare_fts5_writes_only_where_asked(store: Path, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    run("compare_fts5.py", "--sizes", "200", "--queries", "10", "--json", str(out),
+        "--workdir", str(tmp_path / "w"), data=tmp_path)
+    import json
+    r = json.loads(out.read_text())["sizes"]["200"]
+    assert r["machine"]["commit"] and r["machine"]["core"] == "compiled"
+    assert r["machine"]["build"] in ("release", "debug") and r["size"] == 200
+
+
+def test_compare_fts5_rejects_a_missing_engine_at_once(tmp_path: Path) -> None:
+    done = run("compare_fts5.py", "--sizes", "200", "--engines", "convmem,lucene", data=tmp_path,
+               ok=False, timeout=60)
+    assert done.returncode != 0 and "lucene" in done.stderr
+    assert not (tmp_path / "stores").exists() and not list(tmp_path.glob("corpus-*"))
+
+
+def test_memory_accuracy(tmp_path: Path) -> None:
+    done = run("memory_accuracy.py", "--sizes", "1000", "--json", str(tmp_path / "m.json"),
+               data=tmp_path, ok=False)
+    assert "memory accuracy:" in done.stdout, done.stderr[-2000:]
+    assert (tmp_path / "m.json").is_file()
+
+
+def test_write_floor(tmp_path: Path) -> None:
+    done = run("write_floor.py", "--count", "20", "--warmup", "2", "--dir", str(tmp_path / "wf"),
+               data=tmp_path)
+    assert "fdatasync" in done.stdout
+
+
+def test_profile_workloads(tmp_path: Path) -> None:
+    done = run("profile_workloads.py", "--messages", "300", "--ops", "30", data=tmp_path)
+    assert "search-heavy" in done.stdout and "write-heavy" in done.stdout
+
+
+def test_bench_index_main(tmp_path: Path) -> None:
+    done = run("bench_index.py", data=tmp_path, env={"CONVMEM_BENCH_DOCS": "2000"})
+    assert "shipped" in done.stdout and "exhaustive" in done.stdout
+
+
+def test_bench_import_main(tmp_path: Path) -> None:
+    done = run("bench_import.py", "--messages", "200", "--per-session", "50", data=tmp_path)
+    assert "first import" in done.stdout
+
+
+def test_mcp_roundtrip(store: Path, tmp_path: Path) -> None:
+    done = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
+               "--queries", "5", data=tmp_path)
+    assert "search_p50_ms" in done.stdout
+
+
+def test_mcp_roundtrip_refuses_a_missing_store_or_a_wrong_size(store: Path, tmp_path: Path) -> None:
+    missing = run("mcp_roundtrip.py", "--data-dir", str(tmp_path / "none"), "--messages", "100000",
+                  data=tmp_path, ok=False)
+    assert missing.returncode != 0 and "no such store directory" in missing.stderr
+    assert not (tmp_path / "none").exists()
+    wrong = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", "100000", data=tmp_path, ok=False)
+    assert wrong.returncode != 0 and f"holds {STORE_SIZE} messages" in wrong.stderr
+
+
+def test_relay_latency(store: Path, tmp_path: Path) -> None:
+    done = run("relay_latency.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
+               "--spawns", "1", "--queries", "5", "--settle", "0", data=tmp_path)
+    assert "through a relay" in done.stdout
+
+
+@pytest.mark.parametrize("cmd", [["open", "--rounds", "1"], ["cjk", "--repeat", "2"],
+                                 ["writes", "--count", "5"]])
+def test_open_latency(store: Path, tmp_path: Path, cmd: list[str]) -> None:
+    done = run("open_latency.py", cmd[0], "--store", str(store), *cmd[1:], data=tmp_path)
+    assert '"machine"' in done.stdout
+
+
+def test_ab_checkouts(tmp_path: Path) -> None:
+    if not list((ROOT / "convmem" / "_core").glob("index*.so")):  # CI installs, never builds in place
+        done = run("ab_checkouts.py", "--a", str(ROOT), "--b", str(ROOT), data=tmp_path, ok=False)
+        assert done.returncode != 0 and "built in place" in done.stderr
+        return
+    done = run("ab_checkouts.py", "--a", str(ROOT), "--b", str(ROOT), "--messages", "200",
+               "--queries", "10", "--writes", "5", "--rounds", "1", "--workdir", str(tmp_path / "ab"),
+               data=tmp_path)
+    assert "B/A" in done.stdout
+
+
+def test_ranking_quality(tmp_path: Path) -> None:
+    if not DEBIAN_REFERENCE.is_dir():  # the data set is a Debian package: say so, clearly
+        done = run("ranking_quality.py", "--lang", "en", data=tmp_path, ok=False)
+        assert done.returncode != 0 and "apt-get install debian-reference-en" in done.stderr
+        return
+    done = run("ranking_quality.py", "--lang", "en", "--engines", "convmem", data=tmp_path)
+    assert "mrr" in done.stdout.lower()
+
+
+def test_gate_smoke(tmp_path: Path) -> None:
+    """The command runs and reports (20 writes are too few to judge: CI runs the real gate)."""
+    done = run("gate.py", "--checks", "write", "--writes", "20", "--json", str(tmp_path / "g.json"),
+               data=tmp_path, ok=False)
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "write_median_over_fdatasync_floor" in done.stdout and "gate: " in done.stdout
+    assert (tmp_path / "g.json").is_file()
+
+
+
+def test_compiled_rows_refuse_the_twin(tmp_path: Path) -> None:
+    """Under CONVMEM_PURE=1 a [compiled...] row would time the twin: it errors, naming why,
+    while the twin's own rows run."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           str(HERE / "bench_codec.py"), "--benchmark-disable", "-rE"],
+                          capture_output=True, text=True, timeout=300, cwd=str(ROOT),
+                          env=dict(os.environ, CONVMEM_PURE="1", CONVMEM_BENCH_DATA=str(tmp_path)))
+    assert done.returncode != 0
+    assert "refusing to time test_encode_message[compiled-1KB msg] with the pure-python core" in done.stdout
+    assert "test_encode_message[twin-1KB msg]" not in done.stdout.split("short test summary")[-1]
+
+
+def test_filtered_search(tmp_path: Path) -> None:
+    out = tmp_path / "f.json"
+    run("filtered_search.py", "--messages", "300", "--queries", "10", "--rounds", "1",
+        "--store", str(tmp_path / "s"), "--results", str(out), data=tmp_path)
+    import json
+    r = json.loads(out.read_text())
+    assert r["messages"] == 300 and r["core"] == "compiled"
+    done = run("filtered_search.py", "--messages", "400", "--queries", "10", "--rounds", "1",
+               "--store", str(tmp_path / "s"), data=tmp_path, ok=False, timeout=60)
+    assert done.returncode != 0 and "300 messages" in done.stderr
+
+
+def test_recall_latency(store: Path, tmp_path: Path) -> None:
+    import shutil
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)  # it writes (remember, after-write figures)
+    out = tmp_path / "r.json"
+    run("recall_latency.py", "--store", str(copy), "--messages", str(STORE_SIZE), "--queries", "10",
+        "--repeat", "5", "--writes", "2", "--results", str(out), data=tmp_path)
+    import json
+    r = json.loads(out.read_text())
+    assert r["active_messages"] >= STORE_SIZE and r["recall"]["p50_ms"] > 0
+    done = run("recall_latency.py", "--store", str(tmp_path / "none"), "--messages", "300",
+               data=tmp_path, ok=False, timeout=60)
+    assert done.returncode != 0 and "not a convmem store" in done.stderr
+    assert not (tmp_path / "none").exists()
+
+
+def test_trash(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    run("trash.py", "--messages", "300", "--deleted", "30", "--rounds", "5",
+        "--data-dir", str(tmp_path / "d"), "--results", str(out), data=tmp_path)
+    assert out.is_file() and not (tmp_path / "d").exists()
