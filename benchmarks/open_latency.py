@@ -1,6 +1,9 @@
 """Open + first query, one-character CJK queries, writes during a snapshot (issue 14).
 
     python benchmarks/open_latency.py open --store DIR [--rounds 7] [--cold] [--query TEXT]
+        [--checkout ROOT] [--base-store DIR --base-checkout ROOT]
+    python benchmarks/open_latency.py spawn --store DIR [--rounds 7] [--cold] [--query TEXT]
+        [--checkout ROOT] [--base-store DIR --base-checkout ROOT]
     python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
     python benchmarks/open_latency.py writes --store DIR [--count 400]
 
@@ -10,6 +13,21 @@ file in DIR is evicted before each round (posix_fadvise DONTNEED after fsync; th
 numpy and convmem's own files stay cached, as they would for a host that starts servers often);
 --drop-caches evicts the whole page cache instead (`sync; echo 3 > /proc/sys/vm/drop_caches`,
 root only). Reports every round and the median.
+
+Before/after in one run (`open` and `spawn`): --checkout ROOT runs the children with ROOT (a
+source checkout built in place) first on PYTHONPATH instead of the installed convmem; with
+--base-store and --base-checkout, each round runs the base first and then the measured one (the
+same machine noise for both), and the report adds the base's medians and the ratio new / base.
+Each checkout needs a store of its own format (a store of another format is re-indexed at its
+first open: open each store once with its checkout before measuring).
+
+`spawn`: spawn to first answer over stdio, as a host starts a server for a session: starts
+`python -m convmem serve --data-dir DIR` (no owner process may be running for DIR: the round
+refuses a store whose owner socket answers), sends initialize, notifications/initialized and one
+tools/call search_messages (limit 20) at once, and times from the spawn to the initialize answer
+and to the search answer (the one a host waits for). Then closes stdin and waits for the exit.
+`--store` may name a directory that does not exist: an empty store (created by the first round,
+removed at the end).
 
 `cjk`: one process; after an untimed warm-up, the queries 東, 会 and 東 京 (plus a two-character
 control 東京) interleaved, `repeat` times each, timed around search_messages (limit 20): p50,
@@ -78,22 +96,132 @@ def pct(values: list[float], q: float) -> float:
     return v[min(len(v) - 1, int(round(q / 100 * (len(v) - 1))))]
 
 
-def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
-    rows = []
+def child_cwd(checkout: Path | None) -> str | None:
+    """A measured child's working directory: the checkout's root (`-c` and `-m` put the working
+    directory first on sys.path, before PYTHONPATH: another checkout there would be measured)."""
+    return None if checkout is None else str(checkout.resolve())
+
+
+def child_env(checkout: Path | None) -> dict[str, str]:
+    """The environment of a measured child: `checkout` (a source root) first on PYTHONPATH."""
+    env = dict(os.environ)
+    if checkout is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(checkout.resolve()), *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def prepare_round(args: argparse.Namespace, store: Path) -> None:
+    if args.drop_caches:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    elif args.cold and store.is_dir():
+        evict(store)
+
+
+def open_round(args: argparse.Namespace, store: Path, checkout: Path | None) -> dict[str, Any]:
+    prepare_round(args, store)
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(store.resolve()), args.query], env=child_env(checkout),
+                          cwd=child_cwd(checkout), capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def paired(args: argparse.Namespace, what: str, one_round: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """`rounds` rounds of `one_round(args, store, checkout)`, the base first in each round when
+    one is given; medians per side and the ratio new / base."""
+    if (args.base_store is None) != (args.base_checkout is None):
+        raise SystemExit("--base-store and --base-checkout go together")
+    rows: list[dict[str, Any]] = []
+    base_rows: list[dict[str, Any]] = []
     for _ in range(args.rounds):
-        if args.drop_caches:
-            os.sync()
-            Path("/proc/sys/vm/drop_caches").write_text("3\n")
-        elif args.cold:
-            evict(args.store)
-        proc = subprocess.run([sys.executable, "-c", CHILD, str(args.store), args.query],
-                              capture_output=True, text=True, check=True)
-        rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    med = {k: statistics.median(r[k] for r in rows)
-           for k in ("import_s", "open_s", "first_query_s", "open_first_query_s")}
+        if args.base_store is not None:
+            base_rows.append(one_round(args, args.base_store, args.base_checkout))
+        rows.append(one_round(args, args.store, args.checkout))
+
+    def medians(rs: list[dict[str, Any]]) -> dict[str, float]:
+        return {k: statistics.median(r[k] for r in rs) for k in keys}
+
     mode = "drop_caches" if args.drop_caches else "cold" if args.cold else "warm"
-    return {"what": "open", "mode": mode, "store": str(args.store), "core": rows[0]["core"],
-            "rounds": rows, "median": med}
+    out: dict[str, Any] = {"what": what, "mode": mode, "store": str(args.store),
+                           "checkout": str(args.checkout or ""), "core": rows[0].get("core"),
+                           "rounds": rows, "median": medians(rows)}
+    files = {r.get("file") for r in rows} & {r.get("file") for r in base_rows} - {None}
+    if files:  # (the base ran the measured code: nothing was compared)
+        raise SystemExit(f"both sides imported {files}")
+    if base_rows:
+        base = medians(base_rows)
+        out.update({"base_store": str(args.base_store), "base_checkout": str(args.base_checkout),
+                    "base_rounds": base_rows, "base_median": base,
+                    "ratio": {k: out["median"][k] / base[k] if base[k] else None for k in keys}})
+    return out
+
+
+def cmd_open(args: argparse.Namespace) -> dict[str, Any]:
+    return paired(args, "open", open_round, ("import_s", "open_s", "first_query_s", "open_first_query_s"))
+
+
+def owner_answers(store: Path) -> bool:
+    """Whether a process serves `store` over its owner socket (convmem/owner)."""
+    from convmem.owner.relay import connect_stream
+    sock = connect_stream(store, ())
+    if sock is None:
+        return False
+    sock.close()
+    return True
+
+
+def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None) -> dict[str, Any]:
+    """One host-like spawn (the module docstring): seconds from the spawn to each answer."""
+    if store.is_dir() and owner_answers(store):
+        raise SystemExit(f"a process already serves {store}: stop it first (spawn measures the owner's start)")
+    prepare_round(args, store)
+    msgs = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "open-latency", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "search_messages", "arguments": {"query": args.query, "limit": 20}}},
+    ]
+    payload = b"".join(json.dumps(m).encode() + b"\n" for m in msgs)
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "convmem", "serve", "--data-dir", str(store.resolve())],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=child_env(checkout), cwd=child_cwd(checkout))
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(payload)
+        proc.stdin.flush()
+        seen: dict[int, float] = {}
+        answer: dict[str, Any] = {}
+        while 2 not in seen:
+            line = proc.stdout.readline()
+            if not line:
+                raise SystemExit(f"the server ended before answering (exit {proc.wait()})")
+            msg = json.loads(line)
+            if "id" in msg:
+                seen[msg["id"]] = time.perf_counter() - t0
+                if msg["id"] == 2:
+                    answer = msg
+        if "error" in answer or answer["result"].get("isError"):
+            raise SystemExit(f"the search failed: {answer}")
+        hits = len(json.loads(answer["result"]["content"][0]["text"])["results"])
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return {"initialize_s": seen[1], "first_answer_s": seen[2], "hits": hits, "exit": proc.returncode}
+
+
+def cmd_spawn(args: argparse.Namespace) -> dict[str, Any]:
+    created = [s for s in (args.store, args.base_store) if s is not None and not s.exists()]
+    try:
+        return paired(args, "spawn", spawn_round, ("initialize_s", "first_answer_s"))
+    finally:
+        for s in created:
+            shutil.rmtree(s, ignore_errors=True)
 
 
 def cmd_cjk(args: argparse.Namespace) -> dict[str, Any]:
@@ -204,6 +332,17 @@ def main() -> None:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--query", default="database migration")
+    p = sub.add_parser("spawn")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=7)
+    p.add_argument("--cold", action="store_true")
+    p.add_argument("--drop-caches", action="store_true")
+    p.add_argument("--query", default="database migration")
+    for name in ("open", "spawn"):
+        p = sub.choices[name]
+        p.add_argument("--checkout", type=Path, default=None, help="source root to measure (built in place)")
+        p.add_argument("--base-store", type=Path, default=None)
+        p.add_argument("--base-checkout", type=Path, default=None)
     p = sub.add_parser("cjk")
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--repeat", type=int, default=300)
@@ -215,8 +354,9 @@ def main() -> None:
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     _results.refuse_debug_build("open_latency.py")
-    _results.existing_store(args.store)  # a missing directory is an error, not an empty store
-    res = {"open": cmd_open, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
+    if args.cmd != "spawn":  # (spawn takes a missing directory for the empty store)
+        _results.existing_store(args.store)  # a missing directory is an error, not an empty store
+    res = {"open": cmd_open, "spawn": cmd_spawn, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
     res["machine"] = _results.machine_info()
     line = json.dumps(res, ensure_ascii=False)
     print(line)

@@ -162,7 +162,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             return relayed
     # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
     # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
-    importer = _import_in_background("convmem.server")
+    importer = _import_in_background(f"convmem.server.{args.transport}")
     try:
         store = _open_store(data_dir)
     finally:

@@ -99,6 +99,7 @@ class MemoryStore(RecallTools, TrashTools):
 
     def close(self) -> None:
         if self._verifier is not None:
+            self._verifier.cancel()  # (not begun yet: nothing to wait for)
             self._verifier.join()
             self._verifier = None
         with self._mutex:
@@ -124,7 +125,7 @@ class MemoryStore(RecallTools, TrashTools):
                 self._write_snapshot()
 
     def _open(self) -> None:
-        self._verifier: threading.Thread | None = None
+        self._verifier: recovery.Verification | None = None
         self._io = IoCounters()
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)

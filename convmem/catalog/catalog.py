@@ -410,7 +410,7 @@ class Catalog:
                           arrays["hist_slots"], arrays["kind_counts"])
         cat.relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
                                                   arrays["rel_target"])
-        cat.recall = RecallKeys.from_sections(meta["recall_tagsets"], arrays, cat.slot_doc.view())
+        cat.recall = RecallKeys.from_sections(meta["recall_tagsets"], arrays, cat.slot_doc)
         cat.recall.load_sessions(arrays["hist_off"], arrays["hist_ts"])
         cat.index = core_index.SearchIndex.from_arrays(
             {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})

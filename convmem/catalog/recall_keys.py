@@ -20,7 +20,8 @@ Normalization (`normalize`): NFKC, case folding (tokenizer.normalize), then ever
 whitespace (str.split's) made one space, leading and trailing whitespace dropped.
 
 Derived, never saved: the live message count of each tag and of each facet (kept on every
-change: commit, retire; rebuilt from the columns at load), each session's last message time (by
+change: commit, retire; after a load derived from the columns when first asked for, so that
+opening a store does no work proportional to it for tools that may never ask), each session's last message time (by
 session number, -1 without live messages: the most recent sessions without a pass over all),
 the first long-term memories in rank order (kept while writes only add to them, computed again
 after one of them changed), and the key lookups (sorted copies of a key column, built when
@@ -132,9 +133,13 @@ class RecallKeys:
         self.facet = Column("u1")
         self.importance = Column("u1")
         self.tagsets: list[tuple[str, ...]] = [()]
-        self._tagset_ids: dict[tuple[str, ...], int] = {(): 0}
-        self.tag_counts: dict[str, int] = {}
-        self.facet_counts = np.zeros(N_FACETS, dtype=np.int64)  # live messages by facet
+        self._ids: dict[tuple[str, ...], int] | None = {(): 0}  # (None: built when first needed)
+        # The counts below are kept only while `_counted`; after a load they are derived from
+        # the columns and `_live` (the catalog's slot_doc) when first asked for (_ensure_counts).
+        self._counted = True
+        self._live: Column | None = None
+        self._tag_counts: dict[str, int] = {}
+        self._facet_counts = np.zeros(N_FACETS, dtype=np.int64)  # live messages by facet
         self._sorted_tags: list[str] | None = None  # tag_counts' keys, sorted (cached)
         self.by_content = KeyLookup(self.content_key)
         self.by_gist = KeyLookup(self.gist_key)
@@ -142,17 +147,53 @@ class RecallKeys:
         self._top: list[int] | None = None  # long_term(want=self._top_want), kept while valid
         self._top_want = 0
 
+    # -- derived counts --------------------------------------------------------------------
+    @property
+    def tag_counts(self) -> dict[str, int]:
+        """Live messages by tag."""
+        self._ensure_counts()
+        return self._tag_counts
+
+    @property
+    def facet_counts(self) -> np.ndarray:
+        """Live messages by facet."""
+        self._ensure_counts()
+        return self._facet_counts
+
+    def _ensure_counts(self) -> None:
+        if self._counted:
+            return
+        assert self._live is not None
+        live = self._live.view() >= 0
+        ids = self.tagset.view()[:len(live)]
+        counts = np.bincount(ids[live], minlength=len(self.tagsets))
+        self._tag_counts = {}
+        self._counted = True  # (before _count, which keeps counts only once they are held)
+        for i in np.flatnonzero(counts).tolist():
+            self._count(i, int(counts[i]))
+        self._facet_counts = np.bincount(self.facet.view()[:len(live)][live],
+                                         minlength=N_FACETS).astype(np.int64)
+        self._live = None
+
+    def _tagset_ids(self) -> dict[tuple[str, ...], int]:
+        if self._ids is None:
+            self._ids = {t: i for i, t in enumerate(self.tagsets)}
+        return self._ids
+
     # -- changes ---------------------------------------------------------------------------
     def _tagset_id(self, tags: list[str]) -> int:
         key = tuple(tags)
-        i = self._tagset_ids.get(key)
+        ids = self._tagset_ids()
+        i = ids.get(key)
         if i is None:
-            i = self._tagset_ids[key] = len(self.tagsets)
+            i = ids[key] = len(self.tagsets)
             self.tagsets.append(key)
         return i
 
     def _count(self, tagset: int, delta: int) -> None:
-        counts = self.tag_counts
+        if not self._counted:
+            return  # (derived from the columns, this change included, when first asked for)
+        counts = self._tag_counts
         for tag in dict.fromkeys(self.tagsets[tagset]):
             n = counts.get(tag, 0) + delta
             if n:
@@ -183,7 +224,7 @@ class RecallKeys:
         self.facet.append(facet)
         self.importance.append(imp)
         self._count(ts, 1)
-        self.facet_counts[facet] += 1
+        self._facet_delta(facet, 1)
         self.by_content.note(ck, slot)
         self.by_gist.note(gk, slot)
         if LONG_TERM[facet]:
@@ -194,7 +235,7 @@ class RecallKeys:
         each column extended once."""
         cks = [content_key(r[R_SESSION_ID], r[R_CONTENT], k) for r, k in zip(recs, keys)]
         gks = [gist_key(r[R_SUMMARY], r[R_TAGS]) if r[R_SUMMARY] else 0 for r in recs]
-        tagset_id, ids = self._tagset_id, self._tagset_ids
+        tagset_id, ids = self._tagset_id, self._tagset_ids()
         sets = [ids.get(tuple(r[R_TAGS])) or tagset_id(r[R_TAGS]) if r[R_TAGS] else 0 for r in recs]
         facets = [r[R_KIND] * N_TIERS + r[R_TIER] for r in recs]
         self.content_key.extend(cks)
@@ -205,7 +246,8 @@ class RecallKeys:
         for ts, n in Counter(sets).items():
             if ts:
                 self._count(ts, n)
-        self.facet_counts += np.bincount(facets, minlength=N_FACETS)[:N_FACETS]
+        if self._counted:
+            self._facet_counts += np.bincount(facets, minlength=N_FACETS)[:N_FACETS]
         for i, (ck, gk, facet) in enumerate(zip(cks, gks, facets)):
             self.by_content.note(ck, slot0 + i)
             self.by_gist.note(gk, slot0 + i)
@@ -216,7 +258,7 @@ class RecallKeys:
         """A new current version of the message in `slot` (which was deleted unless `was_live`)."""
         if was_live:
             self._count(int(self.tagset.data[slot]), -1)
-            self.facet_counts[int(self.facet.data[slot])] -= 1
+            self._facet_delta(int(self.facet.data[slot]), -1)
         if self._top is not None and slot in self._top:
             self._top = None  # (it may rank lower now: computed again when asked for)
         ck, gk, ts, facet, imp = self._values(rec, keys)
@@ -230,14 +272,18 @@ class RecallKeys:
         self.facet.writable()[slot] = facet
         self.importance.writable()[slot] = imp
         self._count(ts, 1)
-        self.facet_counts[facet] += 1
+        self._facet_delta(facet, 1)
         if LONG_TERM[facet]:
             self._top_offer(slot)
+
+    def _facet_delta(self, facet: int, delta: int) -> None:
+        if self._counted:
+            self._facet_counts[facet] += delta
 
     def retire(self, slot: int) -> None:
         """The message in `slot` is no longer live (its values stay, see the module docstring)."""
         self._count(int(self.tagset.data[slot]), -1)
-        self.facet_counts[int(self.facet.data[slot])] -= 1
+        self._facet_delta(int(self.facet.data[slot]), -1)
         if self._top is not None and slot in self._top:
             self._top = None
 
@@ -297,10 +343,11 @@ class RecallKeys:
 
     @classmethod
     def from_sections(cls, tagsets: list[list[str]], arrays: dict[str, np.ndarray],
-                      slot_doc: np.ndarray) -> "RecallKeys":
-        """Adopt saved columns (checked against the message count) and derive the counts."""
+                      slot_doc: Column) -> "RecallKeys":
+        """Adopt saved columns (checked against the message count and their ranges); the counts
+        are derived from them and `slot_doc` (the catalog's, kept current) when first needed."""
         rk = cls()
-        n = len(slot_doc)
+        n = slot_doc.n
         for name in _COLUMNS:
             arr = arrays[SECTION_PREFIX + name]
             if len(arr) != n:
@@ -309,18 +356,13 @@ class RecallKeys:
         rk.by_content.reset(rk.content_key)
         rk.by_gist.reset(rk.gist_key)
         rk.tagsets = [tuple(t) for t in tagsets] or [()]
-        rk._tagset_ids = {t: i for i, t in enumerate(rk.tagsets)}
-        ids = rk.tagset.view()
-        if n and int(ids.max()) >= len(rk.tagsets):
+        rk._ids = None
+        if n and int(rk.tagset.view().max()) >= len(rk.tagsets):
             raise ValueError("section rk.tagset names a tag list the snapshot does not hold")
-        live = slot_doc >= 0
-        counts = np.bincount(ids[live], minlength=len(rk.tagsets))
-        for i in np.flatnonzero(counts).tolist():
-            rk._count(i, int(counts[i]))
-        facets = rk.facet.view()[live]
-        if len(facets) and int(facets.max()) >= N_FACETS:
+        # (every slot's facet, a deleted message's too, was a valid one when it was written)
+        if n and int(rk.facet.view().max()) >= N_FACETS:
             raise ValueError("section rk.facet holds a value out of range")
-        rk.facet_counts = np.bincount(facets, minlength=N_FACETS).astype(np.int64)
+        rk._counted, rk._live = False, slot_doc
         return rk
 
     def long_term(self, slot_doc: np.ndarray, want: int) -> list[int]:
@@ -351,9 +393,9 @@ class RecallKeys:
     # -- memory ----------------------------------------------------------------------------
     def nbytes(self) -> int:
         cols = sum(getattr(self, name).nbytes for name in _COLUMNS)
-        strings = {s for t in self.tagsets for s in t} | set(self.tag_counts)
-        interned = (_sizeof(self.tagsets) + _sizeof(self._tagset_ids)
+        strings = {s for t in self.tagsets for s in t} | set(self._tag_counts)
+        interned = (_sizeof(self.tagsets) + _sizeof(self._ids or {})
                     + sum(_sizeof(t) for t in self.tagsets) + sum(_sizeof(s) for s in strings)
-                    + _sizeof(self.tag_counts))
+                    + _sizeof(self._tag_counts))
         return (cols + interned + self.by_content.nbytes() + self.by_gist.nbytes()
                 + self.session_last.nbytes + _sizeof(self._top or []))

@@ -1,25 +1,30 @@
-"""Transports (stdio, Streamable HTTP, legacy HTTP+SSE): the only place that speaks MCP."""
+"""Transports (stdio, Streamable HTTP, legacy HTTP+SSE): the only place that speaks MCP.
+
+The names below are imported when first asked for (PEP 562): a stdio server, which a host spawns
+for every session, then never imports the HTTP stack (uvicorn, starlette, h11) before its first
+answer."""
 from __future__ import annotations
 
-from .app import build_server
-from .http import InsecureBindError, build_http_app, check_bind, is_loopback, serve_http
-from .sse import build_sse_app, serve_sse
-from .stdio import serve_stdio
-from .tokens import StaticTokenVerifier, Token, TokensFileError, load_tokens, parse_tokens
+import importlib
+from typing import Any
 
-__all__ = [
-    "InsecureBindError",
-    "StaticTokenVerifier",
-    "Token",
-    "TokensFileError",
-    "build_http_app",
-    "build_sse_app",
-    "check_bind",
-    "build_server",
-    "is_loopback",
-    "load_tokens",
-    "parse_tokens",
-    "serve_http",
-    "serve_sse",
-    "serve_stdio",
-]
+_WHERE = {
+    "build_server": "app",
+    "InsecureBindError": "http", "build_http_app": "http", "check_bind": "http",
+    "is_loopback": "http", "serve_http": "http",
+    "build_sse_app": "sse", "serve_sse": "sse",
+    "serve_stdio": "stdio",
+    "StaticTokenVerifier": "tokens", "Token": "tokens", "TokensFileError": "tokens",
+    "load_tokens": "tokens", "parse_tokens": "tokens",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # (asked for once)
+    return value

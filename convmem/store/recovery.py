@@ -25,6 +25,12 @@ from .snapshot import (SNAPSHOT_NAME, Deferred, SnapshotError, SnapshotVersionEr
 log = logging.getLogger("convmem")
 
 VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024  # larger stores are verified in the background
+# ... starting this long after open: the pass reads the whole log and the large index sections
+# (~1 GB at 1M messages) and would otherwise share the two cores with what a spawned server does
+# before its first answer (importing the MCP SDK, the first query): measured at 1M over stdio,
+# spawn to first answer 1007 -> 744 ms with the pass held back. Nothing waits for it: reads
+# check their record's checksum and posting lists are checked on first use meanwhile.
+VERIFY_DELAY_SECONDS = 1.0
 DEFER_SECTION_BYTES = 4 * 1024 * 1024  # index sections from this size are among them
 # A replay of the whole log from this size on (a store without a current snapshot, e.g. one
 # written by an older tokenizer) reports its progress on stderr, every 10%.
@@ -206,14 +212,15 @@ VerifyResult = tuple[str | None, list[Damage]]  # (first bad snapshot section, l
 def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
                    apply: Callable[[str | None, list[Damage]], None],
                    lock: threading.RLock, still_current: Callable[[], bool],
-                   ) -> threading.Thread | None:
+                   ) -> "Verification | None":
     """Check every checksum of log[header:end] (the part the snapshot stood in for) and the
     snapshot sections whose check was deferred, then `apply(bad section, damage)`.
 
     Reads verify their record's checksum anyway, so nothing damaged is ever served; this pass
     finds damage early and reports it in health. A large store is checked in a background thread
-    (zlib and the log scan run without the GIL), which applies its result under `lock` if
-    `still_current()` (the store was not closed or rebuilt meanwhile); returns that thread.
+    (zlib and the log scan run without the GIL) from VERIFY_DELAY_SECONDS on, which applies its
+    result under `lock` if `still_current()` (the store was not closed or rebuilt meanwhile);
+    returns that Verification.
     """
     mm = logfile.map()
 
@@ -229,7 +236,13 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
         apply(*check())
         return None
 
+    cancelled = threading.Event()
+
     def verify() -> None:
+        if cancelled.wait(VERIFY_DELAY_SECONDS):
+            if mm is not None:
+                mm.close()
+            return  # (closed before it began: the next open verifies)
         result = check()
         with lock:
             if still_current():
@@ -237,4 +250,18 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
 
     thread = threading.Thread(target=verify, name="convmem-verify", daemon=True)
     thread.start()
-    return thread
+    return Verification(thread, cancelled)
+
+
+class Verification:
+    """A background verification (verify_covered): join() waits for its end; cancel() drops it
+    if it has not begun (a store being closed)."""
+
+    def __init__(self, thread: threading.Thread, cancelled: threading.Event) -> None:
+        self._thread, self._cancelled = thread, cancelled
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def cancel(self) -> None:
+        self._cancelled.set()

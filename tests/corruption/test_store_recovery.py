@@ -257,6 +257,35 @@ def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeyp
         s.close()
 
 
+
+def test_background_verification_begins_late_and_is_dropped_by_close(tmp_path, monkeypatch):
+    """The background pass waits VERIFY_DELAY_SECONDS (it would share the cores with a spawned
+    server's first answer); a store closed before then drops it, and the next open finds the
+    damage all the same."""
+    from convmem.store import recovery
+
+    monkeypatch.setattr(recovery, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    monkeypatch.setattr(recovery, "VERIFY_DELAY_SECONDS", 3600)
+    make_store(tmp_path, keep_snapshot=True)
+    off, length = records(tmp_path)[1]
+    data = (tmp_path / LOG).read_bytes()
+    patch(tmp_path, off + length - 3, bytes([data[off + length - 3] ^ 0x55]))
+    s = MemoryStore.open(tmp_path)
+    verification = s._verifier
+    assert verification is not None
+    assert s.get_system_health()["status"] == "OK"  # (not begun)
+    s.close()
+    assert not verification._thread.is_alive() and s._findings.last_error == ""
+    monkeypatch.setattr(recovery, "VERIFY_DELAY_SECONDS", 0)
+    s = MemoryStore.open(tmp_path)
+    try:
+        s._verifier.join(timeout=30)
+        h = s.get_system_health()
+        assert h["status"] == "DEGRADED" and f"byte offset {off}" in h["last_error"]
+    finally:
+        s.close()
+
+
 def test_damaged_index_section_found_in_background_rebuilds_from_log(tmp_path, monkeypatch):
     from convmem.store import recovery
 

@@ -220,3 +220,15 @@ def test_plain_and_sdk_paths_answer_the_same_bytes(raw: RawStdioServer) -> None:
     history = json.loads(json.loads(first[0])["result"]["content"][0]["text"])["history"]
     assert [m["content"] for m in history] == [content]
     assert "日本語".encode() in first[0]  # UTF-8 on the wire, not \u-escaped
+
+
+def test_the_stdio_transport_leaves_the_http_stack_unimported() -> None:
+    """A stdio server (spawned per session) imports neither convmem's HTTP nor its SSE transport
+    before it answers; asking the package for an HTTP name still imports it."""
+    code = ("import sys\n"
+            "from convmem.server import build_server, serve_stdio\n"
+            "print(sorted(m for m in ('convmem.server.http', 'convmem.server.sse') if m in sys.modules))\n"
+            "from convmem.server import serve_http, check_bind\n"
+            "print('convmem.server.http' in sys.modules, callable(serve_http) and callable(check_bind))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", "True True"]

@@ -412,6 +412,35 @@ def test_recall_keys_counts_match_a_recount(store_dir: Path) -> None:
     s.close()
 
 
+
+def test_counts_derived_after_open_include_the_changes_made_before(store_dir: Path) -> None:
+    """After a reopen the counts are derived when first asked for (open does no pass over the
+    store for them); writes, deletes, updates and restores made before that are all in them."""
+    rng = random.Random(5)
+    s = MemoryStore.open(store_dir)
+    ids = [write(s, f"t{i}", tags=rng.sample(["p", "q", "r"], rng.randint(0, 2)),
+                 memory_kind=rng.choice(["semantic", "episode"])) for i in range(60)]
+    s.delete_message(message_id=ids[0])
+    s.close()
+    s = MemoryStore.open(store_dir)
+    rk = s._catalog.recall
+    assert not rk._counted  # (not derived by open)
+    s.restore_message(message_id=ids[0])
+    s.delete_message(message_id=ids[1])
+    s.update_message(message_id=ids[2], metadata_json=meta(memory_kind="preference", tags=["z", "p"]))
+    write(s, "new one", tags=["q", "new"], memory_kind="procedure")
+    assert not rk._counted
+    msgs = s.read_messages(session_id="s1", limit=1000)["history"]
+    tags = Counter(t for m in msgs for t in set(m["metadata"]["tags"]))
+    kinds = Counter(m["metadata"]["memory_kind"] for m in msgs)
+    assert rk.tag_counts == dict(tags) and tags["new"] == 1 and tags["z"] == 1
+    got = {x["kind"]: x["count"] for x in s.start_session(budget_tokens=10_000)["kinds"]}
+    assert got == dict(kinds) and got["procedure"] == 1
+    write(s, "after the first ask", tags=["new"])  # (kept on every change from now on)
+    assert rk.tag_counts["new"] == 2
+    s.close()
+
+
 def test_tools_run_through_dispatch_with_the_recall_toolset(store: MemoryStore) -> None:
     from convmem.tools.dispatch import run_tool
     from convmem.tools.toolsets import CONTRACT, ToolCatalog
