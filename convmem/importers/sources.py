@@ -165,7 +165,6 @@ def expand(path: str, forced: str | None, problems: list[tuple[str, str]]) -> li
 
 def _file(path: str, forced: str | None, problems: list[tuple[str, str]], explicit: bool,
           order: int = 0) -> list[Source]:
-    name = os.path.basename(path)
     if path.endswith(".zip"):
         return _zip(path, forced, problems)
     try:

@@ -27,7 +27,6 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from mcp.types import INTERNAL_ERROR, INVALID_REQUEST, ErrorData, JSONRPCError
-from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import Response
 from uvicorn.protocols.http.h11_impl import H11Protocol
