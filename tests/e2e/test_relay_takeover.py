@@ -60,11 +60,19 @@ def test_calls_in_flight_when_the_owner_is_killed(tmp_path: Path) -> None:
             "name": "write_message", "arguments": {"session_id": "s", "role": "user", "content": "in flight"}}})
         host.send({"jsonrpc": "2.0", "id": read_id, "method": "tools/call", "params": {
             "name": "read_messages", "arguments": {"session_id": "s"}}})
+        _stdin_drained(host)  # the relay has read both (and, a moment later, passed them on)
         os.kill(owner.proc.pid, signal.SIGKILL)
         owner.proc.wait()
         payload, is_error = raw_payload_of(host.answer(write_id))
-        assert is_error and payload["error"]["code"] == "BUSY"
-        assert "may or may not have been applied" in payload["error"]["message"]
+        if is_error:  # the usual case: the write was in flight at the owner that died
+            assert payload["error"]["code"] == "BUSY", payload
+            assert "may or may not have been applied" in payload["error"]["message"]
+            in_flight_applied = None  # unknown: the old owner may or may not have applied it
+        else:
+            # On a loaded machine the relay may not have passed the write on before the owner
+            # died: then it was never sent there, and the new owner ran it, once.
+            assert payload["status"] == "OK", payload
+            in_flight_applied = 1
         payload, is_error = raw_payload_of(host.answer(read_id))  # rerun on the new owner
         assert not is_error and payload["history"][0]["content"] == "before"
         # The session goes on without a new initialize; the write was not sent twice.
@@ -74,6 +82,8 @@ def test_calls_in_flight_when_the_owner_is_killed(tmp_path: Path) -> None:
         contents = [m["content"] for m in payload["history"]]
         assert contents.count("before") == 1 and contents.count("after") == 1
         assert contents.count("in flight") <= 1
+        if in_flight_applied is not None:
+            assert contents.count("in flight") == in_flight_applied
         assert holder(data)[0] == host.proc.pid  # the relay took the store over
         assert host.request("tools/list")["result"]["tools"]
     finally:
@@ -83,3 +93,23 @@ def test_calls_in_flight_when_the_owner_is_killed(tmp_path: Path) -> None:
     ids = [json.loads(line).get("id") for line in host.stdout_lines]
     assert not any(isinstance(i, str) for i in ids), ids  # the replayed initialize's answer is dropped
     assert len(ids) == len(set(ids))  # one answer per request
+
+
+def _stdin_drained(server: RawStdioServer, seconds: float = 10.0) -> bool:
+    """Whether the server read everything written to its stdin within `seconds` (FIONREAD on the
+    pipe: the bytes not read yet), then a moment for the relay to pass it to the owner's socket."""
+    import fcntl
+    import struct
+    import termios
+    import time
+
+    assert server.proc.stdin is not None
+    fd = server.proc.stdin.fileno()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        unread = struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+        if unread == 0:
+            time.sleep(0.2)
+            return True
+        time.sleep(0.01)
+    return False
