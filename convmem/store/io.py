@@ -140,9 +140,17 @@ def prepare_data_dir(directory: Path) -> None:
     except OSError:
         return
     for entry in entries:
+        if not entry.is_file(follow_symlinks=False):
+            continue
         try:
-            if entry.is_file(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mode & 0o077:
-                os.chmod(entry.path, FILE_MODE, follow_symlinks=False)
-                log.warning("made %s private to its owner (mode 600)", entry.path)
-        except (OSError, NotImplementedError) as exc:  # (read-only media: a reader opens it)
+            # fchmod on a descriptor opened without following a link: a link planted since the
+            # scandir cannot redirect the chmod (os.chmod(follow_symlinks=False) needs lchmod).
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NONBLOCK | NOFOLLOW | os.O_CLOEXEC)
+            try:
+                if os.fstat(fd).st_mode & 0o077:
+                    os.fchmod(fd, FILE_MODE)
+                    log.warning("made %s private to its owner (mode 600)", entry.path)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # e.g. read-only media: the store opens read-only and says so
             log.warning("could not make %s private to its owner: %s", entry.path, exc)
