@@ -1125,24 +1125,11 @@ cdef class SearchIndex:
             seg = <_Segment>self._segs[0]
             if len(seg.bm_arrays) != 9:
                 return {}
-            out = {"bm_cb": np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)}
-            for f, name in enumerate(FIELDS):
-                out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
-                out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
-                out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+            out = {}
+            _put_block_maxima(out, seg)
             self._build_cx()
             if self._cx is not None and self._cx_for is seg:
-                cx = <_Segment>self._cx[2]
-                out["cx_chars"] = self._cx[0]
-                out["cx_df"] = self._cx[1]
-                out["cx_cb"] = np.array([cx.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
-                for f, name in enumerate(FIELDS):
-                    out[f"cx_terms_{name}"] = cx.arrays[3 * f]
-                    out[f"cx_offsets_{name}"] = cx.arrays[3 * f + 1]
-                    out[f"cx_data_{name}"] = cx.arrays[3 * f + 2]
-                    out[f"cx_bm_terms_{name}"] = cx.bm_arrays[3 * f]
-                    out[f"cx_bm_off_{name}"] = cx.bm_arrays[3 * f + 1]
-                    out[f"cx_bm_{name}"] = cx.bm_arrays[3 * f + 2]
+                _put_char_lists(out, self._cx)
             return out
 
     cdef int _build_cx(self) except -1:
@@ -1356,29 +1343,41 @@ cdef class _FrozenIndex:
             out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
         if m is None or len(m.bm_arrays) != 9:
             return out
-        out["bm_cb"] = np.array([m.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
-        for f, name in enumerate(FIELDS):
-            out[f"bm_terms_{name}"] = m.bm_arrays[3 * f]
-            out[f"bm_off_{name}"] = m.bm_arrays[3 * f + 1]
-            out[f"bm_{name}"] = m.bm_arrays[3 * f + 2]
+        _put_block_maxima(out, m)
         cx = self.cx
         if cx is None:
             cx = _char_segment(m, <const uint64_t*>cnp.PyArray_DATA(keys), keys.shape[0],
                                IX_CX_MIN, <const uint8_t*>cnp.PyArray_DATA(meta),
                                <const uint32_t*>cnp.PyArray_DATA(lens), self.c0, self.cb)
         if cx is not None:
-            seg = <_Segment>cx[2]
-            out["cx_chars"] = cx[0]
-            out["cx_df"] = cx[1]
-            out["cx_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
-            for f, name in enumerate(FIELDS):
-                out[f"cx_terms_{name}"] = seg.arrays[3 * f]
-                out[f"cx_offsets_{name}"] = seg.arrays[3 * f + 1]
-                out[f"cx_data_{name}"] = seg.arrays[3 * f + 2]
-                out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
-                out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
-                out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
+            _put_char_lists(out, cx)
         return out
+
+
+cdef int _put_block_maxima(dict out, _Segment seg) except -1:
+    """A segment's stored block maxima as snapshot sections (bm_cb, bm_terms_*, bm_off_*, bm_*)."""
+    out["bm_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+    for f, name in enumerate(FIELDS):
+        out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
+        out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+        out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+    return 0
+
+
+cdef int _put_char_lists(dict out, object cx) except -1:
+    """The per-character CJK lists (chars, df, the lists' segment) as snapshot sections cx_*."""
+    cdef _Segment seg = <_Segment>cx[2]
+    out["cx_chars"] = cx[0]
+    out["cx_df"] = cx[1]
+    out["cx_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+    for f, name in enumerate(FIELDS):
+        out[f"cx_terms_{name}"] = seg.arrays[3 * f]
+        out[f"cx_offsets_{name}"] = seg.arrays[3 * f + 1]
+        out[f"cx_data_{name}"] = seg.arrays[3 * f + 2]
+        out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
+        out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+        out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
+    return 0
 
 
 cdef object _cx_chars(object arrays):
