@@ -1,0 +1,199 @@
+"""`convmem serve`: the MCP server on a data directory, over stdio (relayed to the process that
+owns the store when another one does), Streamable HTTP or HTTP+SSE, with the exit statuses and the
+terminal banner. The rest of the command line is cli.py."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from convmem import __version__
+from convmem.cli import EXIT_OK, EXIT_USAGE, _fail, _open_store
+
+logger = logging.getLogger("convmem.cli")
+
+
+def _command_line() -> tuple[str, list[str]]:
+    """How a host should start this very convmem: the absolute path of the running `convmem`
+    script (a host's PATH rarely has the virtualenv's bin), else this Python with -m convmem."""
+    script = Path(sys.argv[0]).absolute() if sys.argv and sys.argv[0] else None
+    if script is not None and script.name == "convmem" and os.access(script, os.X_OK):
+        return str(script), []
+    return sys.executable, ["-m", "convmem"]
+
+
+def _host_config_snippet(data_dir: Path) -> str:
+    command, prefix = _command_line()
+    entry = {"mcpServers": {"convmem": {"command": command, "args": [*prefix, "serve", "--data-dir", str(data_dir)]}}}
+    return orjson.dumps(entry).decode()
+
+
+
+
+def _import_in_background(module: str) -> threading.Thread:
+    """Start importing `module` in a thread. A failure is left for the caller's own import to
+    raise (Python does not keep a module whose import failed)."""
+
+    def run() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # re-raised by the caller's own import
+            logger.debug("background import of %s failed", module, exc_info=True)
+
+    thread = threading.Thread(target=run, name="convmem-import", daemon=True)
+    thread.start()
+    return thread
+
+
+def serve(args: argparse.Namespace) -> int:
+    from convmem.tools import ToolCatalog, ToolsetError, parse_toolsets
+
+    data_dir: Path = args.data_dir
+    try:
+        toolsets = parse_toolsets(args.toolsets)
+    except ToolsetError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    catalog = ToolCatalog.of(toolsets)
+    tokens = None
+    if args.transport in ("http", "sse"):
+        from convmem.server import InsecureBindError, TokensFileError, check_bind, load_tokens
+
+        try:
+            tokens = load_tokens(args.tokens_file) if args.tokens_file else None
+            check_bind(args.host, tokens)
+        except (TokensFileError, InsecureBindError) as exc:
+            _fail(str(exc), EXIT_USAGE)
+    elif args.tokens_file:
+        _fail("--tokens-file applies to --transport http and sse only", EXIT_USAGE)
+
+    if args.transport == "stdio" and not sys.stdin.isatty():
+        relayed = _relay_stdio(data_dir, toolsets)
+        if relayed is not None:
+            return relayed
+    # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
+    # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
+    importer = _import_in_background(f"convmem.server.{args.transport}")
+    try:
+        store = _open_store(data_dir)
+    finally:
+        importer.join()
+    interrupted = 0
+    try:
+        if args.transport in ("http", "sse"):
+            from convmem.server import serve_http, serve_sse
+
+            def announce(url: str) -> None:
+                scopes = "bearer tokens required" if tokens else "no tokens, loopback only"
+                kind = "Streamable HTTP" if args.transport == "http" else "HTTP+SSE (legacy)"
+                text = f"convmem: serving {data_dir} over {kind} at {url} ({scopes})\n"
+                if not tokens:
+                    text += (
+                        "convmem: WARNING: loopback is not a user boundary: every local user and process "
+                        "that can connect to this port can read and change this memory. Use --tokens-file "
+                        "on a shared machine (an owner-only Unix socket is planned).\n"
+                    )
+                sys.stderr.write(text)
+                sys.stderr.flush()
+
+            try:
+                serve = serve_http if args.transport == "http" else serve_sse
+                stopped_by = serve(store, __version__, args.host, args.port, tokens, args.log_level,
+                                   announce, catalog)
+            except OSError as exc:  # mostly: the port is taken or the address is not ours
+                _fail(f"cannot serve HTTP on {args.host} port {args.port}: {exc.strerror or exc}")
+            return _signal_status(stopped_by)
+        interrupted = _serve_stdio(store, __version__, data_dir, catalog)
+    finally:
+        store.close()
+    if interrupted:
+        # A stdin reader thread may be blocked in read() (a terminal) and cannot be cancelled;
+        # the interpreter would wait for it until Enter. The store is closed: leave now.
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(_signal_status(interrupted))
+    return EXIT_OK
+
+
+def _signal_status(sig: int | None) -> int:
+    """A server's exit status, the same for both transports: 0 when stopped by SIGTERM (a host
+    or a service manager ending it) or by end of input, 130 after Ctrl-C (SIGINT)."""
+    return 130 if sig == signal.SIGINT else EXIT_OK
+
+
+def _relay_stdio(data_dir: Path, toolsets: tuple[str, ...]) -> int | None:
+    """With another convmem process owning the store, relay this host's stdio to it as bytes
+    (convmem/owner/relay.py: no MCP SDK, no store in this process); None when no process serves
+    the store (this one then opens it)."""
+    from convmem.owner.relay import Relay, connect_stream
+
+    sock = connect_stream(data_dir, toolsets)
+    if sock is None:
+        return None
+    relay = Relay(data_dir, sock, __version__, toolsets=toolsets)
+
+    terminated: list[int] = []
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        terminated.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return relay.run()
+    except KeyboardInterrupt:  # SIGTERM: a host stopping it (0); Ctrl-C: 130
+        relay.close()
+        return EXIT_OK if terminated else 130
+
+
+def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
+    """Serve until stdin closes (returns 0) or SIGTERM/SIGINT (returns the signal's number)."""
+    import anyio
+
+    from convmem.server import serve_stdio
+
+    if sys.stdin.isatty():
+        sys.stderr.write(
+            f"convmem: serving the memory in {data_dir} over MCP stdio.\n"
+            "This command is meant to be started by an MCP host, which talks JSON-RPC on its stdin/stdout.\n"
+            f"Host configuration: {_host_config_snippet(data_dir)}\n"
+            "Press Ctrl-C or Ctrl-D to stop.\n"
+        )
+        sys.stderr.flush()
+
+    got: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        got.append(signum)
+        raise KeyboardInterrupt  # unwinds the wait below so the store is closed cleanly
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    # The session runs in a thread: the main thread only waits, so Ctrl-C (or SIGTERM) stops the
+    # server at once even while a terminal read blocks the session's reader.
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            anyio.run(serve_stdio, store, version, catalog)
+        except BaseException as exc:  # re-raised in the main thread
+            failure.append(exc)
+
+    session = threading.Thread(target=run, name="convmem-stdio", daemon=True)
+    session.start()
+    try:
+        while session.is_alive():
+            session.join(0.25)
+    except KeyboardInterrupt:
+        logger.info("interrupted, shutting down")
+        return got[-1] if got else signal.SIGINT
+    if failure:
+        raise failure[0]
+    return 0
