@@ -19,7 +19,7 @@ from .._core import codec
 from ..catalog.catalog import Catalog, ReadRecord
 from ..errors import ConvMemError
 from .logfile import LogFile
-from .snapshot import (SNAPSHOT_NAME, Deferred, SnapshotError, SnapshotVersionError, read_snapshot,
+from .snapshot import (SNAPSHOT_NAME, Deferred, Expected, SnapshotError, SnapshotVersionError, read_snapshot,
                        snapshot_size, verify_deferred)
 
 log = logging.getLogger("convmem")
@@ -73,9 +73,9 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
     big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
     deferred: Deferred = []
 
-    def defer(name: str, view: memoryview, crc: int) -> bool:
+    def defer(name: str, view: memoryview, expected: Expected) -> bool:
         if big and name.startswith("ix.") and len(view) >= DEFER_SECTION_BYTES:
-            deferred.append((name, view, crc))
+            deferred.append((name, view, expected))
             return True
         return False
 
@@ -218,7 +218,7 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
 
     Reads verify their record's checksum anyway, so nothing damaged is ever served; this pass
     finds damage early and reports it in health. A large store is checked in a background thread
-    (zlib and the log scan run without the GIL) from VERIFY_DELAY_SECONDS on, which applies its
+    (xxhash and the log scan run without the GIL) from VERIFY_DELAY_SECONDS on, which applies its
     result under `lock` if `still_current()` (the store was not closed or rebuilt meanwhile);
     returns that Verification.
     """

@@ -220,7 +220,7 @@ def test_snapshot_of_another_format_version_is_rebuilt_without_degrading(store_d
     with MemoryStore.open(store_dir) as s:
         write_n(s, 3)
     data = bytearray((store_dir / SNAP).read_bytes())
-    struct.pack_into("<I", data, 8, 3)  # format_version 3, header checksum made valid again
+    struct.pack_into("<I", data, 8, 7)  # format_version 7, header checksum made valid again
     struct.pack_into("<I", data, 20, zlib.crc32(bytes(data[:20])))
     (store_dir / SNAP).write_bytes(bytes(data))
     with MemoryStore.open(store_dir) as s:

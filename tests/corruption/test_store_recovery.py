@@ -20,7 +20,7 @@ import pytest
 
 from convmem import ConvMemError, MemoryStore
 from convmem._core import PURE, codec
-from convmem.store.snapshot import read_snapshot
+from convmem.store.snapshot import read_snapshot, xxh3
 
 LOG = "messages.log"
 SNAP = "snapshot.bin"
@@ -429,7 +429,7 @@ def test_damaged_posting_list_found_on_first_use_rebuilds_from_the_log(tmp_path)
         doc = orjson.loads(bytes(data[24:24 + meta_len]))
         for sec in doc["sections"]:
             if sec["name"] == "ix.post_data_content":
-                sec["crc"] = zlib.crc32(body)
+                sec["xxh3"] = xxh3(body)
         new_meta = orjson.dumps(doc)
         if len(new_meta) <= meta_len:
             break
@@ -454,3 +454,22 @@ def test_damaged_posting_list_found_on_first_use_rebuilds_from_the_log(tmp_path)
     with MemoryStore.open(tmp_path) as s:  # the snapshot written from the log is good
         assert s.get_system_health()["status"] == "OK"
         assert len(s.search_messages(query="common", limit=100)["results"]) == 100
+
+
+def test_a_format_2_snapshot_opens_without_re_indexing_and_is_replaced_by_format_3(tmp_path, caplog):
+    """Format 3 changed only the section checksum (crc32 -> XXH3): an existing store keeps its
+    snapshot at the first open after the upgrade, and the next snapshot is format 3."""
+    from tests.unit.store.test_snapshot_and_io import as_format_2
+    ids = make_store(tmp_path, n=5, keep_snapshot=True)
+    as_format_2(tmp_path / SNAP)
+    caplog.set_level("DEBUG", logger="convmem")
+    with MemoryStore.open(tmp_path) as s:
+        assert s.get_system_health()["snapshot_valid"] is True
+        found = [r["message_id"] for r in s.search_messages(query="number", limit=10)["results"]]
+        assert sorted(found) == sorted(ids)
+        s.write_message(session_id="s", role="user", content="one more")
+    text = caplog.text
+    assert "re-indexing" not in text and "snapshot loaded, 0 log records replayed" in text
+    assert struct.unpack_from("<I", (tmp_path / SNAP).read_bytes(), 8)[0] == 3
+    with MemoryStore.open(tmp_path) as s:
+        assert s.get_system_health()["active_messages"] == 6

@@ -15,7 +15,8 @@ import pytest
 
 from convmem.store import io as store_io
 from convmem.store.io import IoCounters, write_file_atomically
-from convmem.store.snapshot import SnapshotError, read_snapshot, verify_deferred, write_snapshot
+from convmem.store.snapshot import (VERSION, SnapshotError, SnapshotVersionError, read_snapshot,
+                                    verify_deferred, write_snapshot, xxh3)
 
 ARRAYS = {
     "ids": np.arange(48, dtype=np.uint8).reshape(3, 16),
@@ -52,6 +53,56 @@ def test_each_damage_is_a_snapshot_error(tmp_path, where, reason):
     path = write(tmp_path / "snap")
     _flip(path, where if where >= 0 else path.stat().st_size + where)
     with pytest.raises(SnapshotError, match=reason):
+        read_snapshot(path)
+
+
+def as_format_2(path: Path) -> None:
+    """Rewrite a snapshot as format 2 wrote it: crc32 section checksums under "crc"."""
+    data = bytearray(path.read_bytes())
+    _, _, meta_len, _, _ = struct.unpack_from("<8sIIII", data, 0)
+    meta = orjson.loads(bytes(data[24:24 + meta_len]))
+    for sec in meta["sections"]:
+        body = bytes(data[sec["offset"]:sec["offset"] + sec["nbytes"]])
+        assert sec.pop("xxh3") == xxh3(body)
+        sec["crc"] = zlib.crc32(body)
+    new = orjson.dumps(meta)
+    assert len(new) <= meta_len  # crc32s are shorter: the sections stay where they are
+    new = new.ljust(meta_len)
+    head = b"CVMEMSNP" + struct.pack("<III", 2, meta_len, zlib.crc32(new))
+    data[:24] = head + struct.pack("<I", zlib.crc32(head))
+    data[24:24 + meta_len] = new
+    path.write_bytes(bytes(data))
+
+
+def test_sections_are_checksummed_with_xxh3_in_format_3(tmp_path):
+    path = write(tmp_path / "snap")
+    assert struct.unpack_from("<I", path.read_bytes(), 8)[0] == VERSION == 3
+    meta, _ = read_snapshot(path)
+    big = next(s for s in meta["sections"] if s["name"] == "big")
+    assert "crc" not in big and big["xxh3"] == xxh3(ARRAYS["big"].tobytes())
+
+
+def test_a_format_2_snapshot_is_read_and_its_crc32s_checked(tmp_path):
+    path = write(tmp_path / "snap")
+    as_format_2(path)
+    meta, arrays = read_snapshot(path)
+    assert np.array_equal(arrays["big"], ARRAYS["big"]) and meta["n"] == 3
+    big = next(s for s in meta["sections"] if s["name"] == "big")
+    _flip(path, big["offset"] + 10)
+    with pytest.raises(SnapshotError, match="'big' checksum mismatch"):
+        read_snapshot(path)
+    deferred: list = []
+    read_snapshot(path, defer=lambda n, v, c: n == "big" and not deferred.append((n, v, c)))
+    assert verify_deferred(deferred) == "big"
+
+
+def test_a_later_format_is_not_read(tmp_path):
+    path = write(tmp_path / "snap")
+    data = bytearray(path.read_bytes())
+    struct.pack_into("<I", data, 8, 4)
+    struct.pack_into("<I", data, 20, zlib.crc32(bytes(data[:20])))
+    path.write_bytes(bytes(data))
+    with pytest.raises(SnapshotVersionError, match="format_version 4"):
         read_snapshot(path)
 
 
