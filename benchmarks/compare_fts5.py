@@ -35,6 +35,7 @@ import argparse
 import gc
 import importlib.util
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -428,6 +429,32 @@ def worker_open(engine_name: str, store_dir: Path, query: dict[str, Any]) -> dic
     return out
 
 
+def worker_rebuild(store_dir: Path) -> dict[str, Any]:
+    """Run in a fresh interpreter: time convmem's rebuild_index on the built store (the state
+    derived again from the log, then its snapshot written), and RSS at its peak."""
+    from convmem import MemoryStore
+    store = MemoryStore.open(store_dir)
+    rss0 = proc_status_kb("VmHWM")
+    t0 = time.perf_counter()
+    store.rebuild_index()
+    out = {"rebuild_index_s": time.perf_counter() - t0, "rebuild_rss_peak_kb": proc_status_kb("VmHWM"),
+           "rebuild_rss_peak_before_kb": rss0}
+    store.close()
+    return out
+
+
+def evict(store_dir: Path) -> None:
+    """Drop the page cache of every file of a store (fsync, then POSIX_FADV_DONTNEED)."""
+    for path in store_dir.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
 def run_worker(*args: str) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True,
                           check=False)
@@ -501,8 +528,19 @@ def run_size(size: int, args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(store_dir)
         print(f"[{size}] building {name} ...", file=sys.stderr, flush=True)
         built = run_worker("_build", name, str(corpus_file), str(store_dir))
-        opened = run_worker("_open", name, str(store_dir), json.dumps(queries[0], ensure_ascii=False))
+        first = json.dumps(queries[0], ensure_ascii=False)
+        opened = run_worker("_open", name, str(store_dir), first)
         result["engines"][name] = {**built, **opened}
+        if args.cold:
+            # The same open after the store's page cache was dropped (median of three).
+            cold = []
+            for _ in range(3):
+                evict(store_dir)
+                cold.append(run_worker("_open", name, str(store_dir), first)["open_first_query_s"])
+            result["engines"][name]["open_first_query_cold_s"] = float(np.median(cold))
+        if args.rebuild and name == "convmem":
+            print(f"[{size}] rebuild_index ...", file=sys.stderr, flush=True)
+            result["engines"][name].update(run_worker("_rebuild", str(store_dir)))
     engines = [ENGINES[n]() for n in args.engines]
     for e in engines:
         e.open(work / e.name)
@@ -552,10 +590,16 @@ def print_table(r: dict[str, Any]) -> None:
     row("RSS after build (MB)", "rss_after_build_kb", lambda v: f"{v / 1024:.1f}")
     row("RSS peak in build (MB)", "rss_peak_kb", lambda v: f"{v / 1024:.1f}")
     row("open + first query (ms)", "open_first_query_s", lambda v: f"{v * 1e3:.1f}")
+    if all("open_first_query_cold_s" in r["engines"][n] for n in names):
+        row("open + first q. cold (ms)", "open_first_query_cold_s", lambda v: f"{v * 1e3:.1f}")
     row("RSS after open (MB)", "rss_after_open_kb", lambda v: f"{v / 1024:.1f}")
     for p in ("p50", "p95", "p99"):
         row(f"query {p} (ms)", "query_ms", lambda v: f"{v:.3f}", p)
-    mem = r["engines"].get("convmem", {}).get("memory_estimate")
+    cm = r["engines"].get("convmem", {})
+    if "rebuild_index_s" in cm:
+        print(f"convmem rebuild_index: {cm['rebuild_index_s']:.1f} s, RSS peak "
+              f"{cm['rebuild_rss_peak_kb'] / 1024:.0f} MB")
+    mem = cm.get("memory_estimate")
     if mem:
         print("convmem memory_estimate after the queries: %.0f bytes/message (all but bodies)"
               % (mem["total_bytes"] / r["size"]))
@@ -618,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["_open"]:
         print(json.dumps(worker_open(argv[1], Path(argv[2]), json.loads(argv[3]))))
         return 0
+    if argv[:1] == ["_rebuild"]:
+        print(json.dumps(worker_rebuild(Path(argv[1]))))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="10000,100000", help="comma-separated corpus sizes")
     p.add_argument("--queries", type=int, default=1000, help="queries per size")
@@ -625,6 +672,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", default="convmem,fts5", help=f"comma-separated, of {', '.join(ENGINES)}")
     p.add_argument("--workdir", default=str(corpus.DATA_DIR / "stores"))
     p.add_argument("--keep-stores", action="store_true", help="keep the built stores in --workdir")
+    p.add_argument("--cold", action="store_true",
+                   help="also time open + first query after dropping the store's page cache")
+    p.add_argument("--rebuild", action="store_true", help="also time convmem's rebuild_index")
     p.add_argument("--replot", action="store_true",
                    help="only redraw results/compare_fts5.png from the committed results/compare_fts5.json")
     _results.add_output_args(p, "compare_fts5.json")
