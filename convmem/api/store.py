@@ -301,6 +301,7 @@ class MemoryStore(RecallTools, TrashTools):
 
     def _snapshot_done(self, job: snapshots.SnapshotJob) -> None:
         exc = job.error
+        job.catalog.release_frozen()  # (the job is over: nothing reads its sections any more)
         same = job.catalog is self._catalog and job.log_id == self._log.log_id
         if is_index_damage(exc):  # (met by the thread's merge)
             if same:

@@ -323,9 +323,10 @@ class Catalog:
     def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The state as snapshot meta and sections (the store adds the log's identity).
 
-        Every section is frozen: a copy, or an array nothing changes any more (the index's
-        postings and block maxima), so the sections can be written off the store's mutex while
-        writes go on (the columns below are changed in place by updates and deletes)."""
+        Every section is frozen: a copy, an array nothing changes any more (the index's
+        postings and block maxima), or a column's `frozen` view (copied before a value of it
+        changes), so the sections can be written off the store's mutex while writes go on.
+        `release_frozen` once they are written."""
         self.index.merge_segments()
         meta, arrays = self._state_sections()
         for name, arr in self.index.to_arrays().items():
@@ -350,6 +351,14 @@ class Catalog:
 
         return meta, arrays, index_sections
 
+    def release_frozen(self) -> None:
+        """The sections of the last snapshot_state or freeze_state are written and dropped:
+        the columns may change in place again without a copy."""
+        for col in (self.slot_doc, self.slot_session, self.slot_ts, self.doc_offset, self.doc_len,
+                    self.doc_slot, self.doc_kind, self.doc_flags, *self.recall.columns(),
+                    *self.trash.columns()):
+            col.release()
+
     def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         sessions = self.sessions.by_num
         meta = {
@@ -364,14 +373,14 @@ class Catalog:
         arrays = {
             "slot_ulid": self.ids.keys_array(),
             "id_table": self.ids.table_array(),
-            "slot_doc": self.slot_doc.view().copy(),
-            "slot_session": self.slot_session.view().copy(),
-            "slot_ts": self.slot_ts.view().copy(),
-            "doc_offset": self.doc_offset.view().copy(),
-            "doc_len": self.doc_len.view().copy(),
-            "doc_slot": self.doc_slot.view().copy(),
-            "doc_kind": self.doc_kind.view().copy(),
-            "doc_flags": self.doc_flags.view().copy(),
+            "slot_doc": self.slot_doc.frozen(),
+            "slot_session": self.slot_session.frozen(),
+            "slot_ts": self.slot_ts.frozen(),
+            "doc_offset": self.doc_offset.frozen(),
+            "doc_len": self.doc_len.frozen(),
+            "doc_slot": self.doc_slot.frozen(),
+            "doc_kind": self.doc_kind.frozen(),
+            "doc_flags": self.doc_flags.frozen(),
             **_history_arrays(sessions),
             **self.relations.arrays(),
             **recall_arrays,

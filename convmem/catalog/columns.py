@@ -5,12 +5,16 @@ import numpy as np
 
 
 class Column:
-    __slots__ = ("data", "n")
+    """Values in data[:n]; data may be a read-only view of a mapped snapshot (copied on the
+    first change) or shared with a frozen snapshot section (`frozen`: copied on the first change
+    of a value it holds; appends write past it and need no copy)."""
+    __slots__ = ("data", "n", "shared")
 
     def __init__(self, dtype: str, width: int = 0, capacity: int = 256) -> None:
         shape = (capacity, width) if width else (capacity,)
         self.data = np.zeros(shape, dtype=dtype)
         self.n = 0
+        self.shared = False
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "Column":
@@ -20,15 +24,32 @@ class Column:
         col = cls.__new__(cls)
         col.data = array
         col.n = len(array)
+        col.shared = False
         return col
 
     def writable(self) -> np.ndarray:
-        """The data, copied first if it is still a read-only view (copy on write)."""
-        if not self.data.flags.writeable:
-            grown = np.empty((max(256, self.n),) + self.data.shape[1:], dtype=self.data.dtype)
+        """The data for a change in place: copied first if it is a read-only view or shared
+        with a frozen section (copy on write)."""
+        if self.shared or not self.data.flags.writeable:
+            grown = np.empty((max(256, len(self.data)),) + self.data.shape[1:], dtype=self.data.dtype)
             grown[: self.n] = self.data[: self.n]
             self.data = grown
+            self.shared = False
         return self.data
+
+    def frozen(self) -> np.ndarray:
+        """data[:n] as it is now, for a snapshot written while the column goes on changing,
+        without a copy: the values it holds are copied away before any of them changes
+        (`writable`), appends go past it, and growing allocates new storage. A background
+        snapshot thus costs the writer no copy of the column (the columns are most of what a
+        store holds at millions of messages)."""
+        if self.data.flags.writeable:
+            self.shared = True
+        return self.data[: self.n]
+
+    def release(self) -> None:
+        """No frozen section holds the data any more (its snapshot is written)."""
+        self.shared = False
 
     def append(self, value) -> int:
         i = self.n
@@ -61,6 +82,7 @@ class Column:
         grown = np.zeros((capacity,) + self.data.shape[1:], dtype=self.data.dtype)
         grown[: self.n] = self.data[: self.n]
         self.data = grown
+        self.shared = False
 
     def view(self) -> np.ndarray:
         return self.data[: self.n]

@@ -323,13 +323,17 @@ class RecallKeys:
         return idx[order].tolist()
 
     # -- snapshot --------------------------------------------------------------------------
+    def columns(self) -> list[Column]:
+        """The per-slot columns that snapshot sections are frozen from."""
+        return [getattr(self, name) for name in _COLUMNS]
+
     def sections(self, slots: np.ndarray | None = None) -> tuple[list[list[str]], dict[str, np.ndarray]]:
         """(the tag lists for the meta, the columns as sections); `slots`: keep only these,
         renumbered in order (rebuild_index)."""
         arrays = {}
         for name in _COLUMNS:
-            col = getattr(self, name).view()
-            arrays[SECTION_PREFIX + name] = col.copy() if slots is None else col[slots]
+            col = getattr(self, name)
+            arrays[SECTION_PREFIX + name] = col.frozen() if slots is None else col.view()[slots]
         if slots is None:
             return [list(t) for t in self.tagsets], arrays
         # Compaction keeps only the tag lists of the messages kept (the others' tags leave the

@@ -53,11 +53,14 @@ class Trash:
             data[i:col.n - 1] = data[i + 1:col.n]
             col.n -= 1
 
+    def columns(self) -> list[Column]:
+        return [self.slots, self.docs, self.seqs]
+
     def arrays(self) -> dict[str, np.ndarray]:
-        """The snapshot's sections (copies: the columns change in place); none when empty."""
+        """The snapshot's sections (frozen: copied before they change); none when empty."""
         if not self.slots.n:
             return {}
-        return {name: col.view().copy()
+        return {name: col.frozen()
                 for name, col in zip(SECTIONS, (self.slots, self.docs, self.seqs))}
 
     @classmethod

@@ -170,3 +170,43 @@ def test_a_failed_background_snapshot_is_reported_in_health(store_dir: Path, mon
         monkeypatch.undo()
         s.checkpoint()
         assert s.get_system_health()["status"] == "OK"
+
+
+def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, held: HeldWrite,
+                                                           tmp_path: Path):
+    """The catalog's columns are frozen without a copy (Column.frozen): every section of the
+    held snapshot must still equal, array for array, the state replayed from the log up to the
+    snapshot's end, after updates, deletes, restores, metadata changes and appends that grow
+    the columns past their capacity went on while it was being written."""
+    import numpy as np
+    truth = tmp_path / "truth"
+    s = MemoryStore.open(store_dir)
+    try:
+        ids = [s.write_message(session_id="s", role="user", content=f"message {i}",
+                               metadata={"tags": [f"t{i % 3}"], "importance": i})
+               ["message"]["message_id"] for i in range(EVERY - 2)]
+        s.delete_message(message_id=ids[2])  # in the trash before the snapshot
+        write(s, 50, session="other")  # the EVERY-th record: the snapshot is due
+        assert held.started.wait(30)
+        s.update_message(message_id=ids[0], content="changed", metadata={"tags": ["new"]})
+        s.delete_message(message_id=ids[1])
+        s.restore_message(message_id=ids[2])
+        for i in range(400):  # past the columns' capacity (256): they grow meanwhile
+            write(s, 1000 + i, session=f"g{i % 7}")
+        held.release.set()
+        settle(s)
+        meta, sections = read_snapshot(store_dir / SNAPSHOT_NAME)
+        truth.mkdir(mode=0o700)
+        (truth / "cursor.key").write_bytes((store_dir / "cursor.key").read_bytes())
+        (truth / "messages.log").write_bytes(
+            (store_dir / "messages.log").read_bytes()[: meta["covered_end"]])
+        sections = {k: np.array(v) for k, v in sections.items()}
+    finally:
+        held.release.set()
+        s.close()
+    with MemoryStore.open(truth) as t:  # no snapshot: the state replayed from the log
+        _, expected = t._catalog._state_sections()
+    compared = [k for k in expected if not k.startswith("ix.")]
+    assert {"slot_doc", "doc_flags", "rk.tagset", "trash_slot"} <= set(compared)
+    for name in compared:
+        assert np.array_equal(sections[name], expected[name]), name
