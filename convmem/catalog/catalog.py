@@ -328,7 +328,8 @@ class Catalog:
         changes), so the sections can be written off the store's mutex while writes go on.
         `release_frozen` once they are written."""
         self.index.merge_segments()
-        meta, arrays = self._state_sections()
+        meta, arrays, later = self._state_sections()
+        arrays.update(later())
         for name, arr in self.index.to_arrays().items():
             arrays["ix." + name] = arr
         # Derived, stored so that open does not recompute it (the compiled index only).
@@ -339,15 +340,16 @@ class Catalog:
     def freeze_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                     Callable[[], dict[str, np.ndarray]]]:
         """snapshot_state in two steps, for a snapshot written in the background: the meta and
-        the frozen sections but the index's, taken now (cheap: copies), and a function that
-        returns the index's sections of this same moment ("ix." names), merged when it is called,
-        on any thread, while the state goes on changing (SearchIndex.freeze; ValueError if a
-        posting list is damaged). The live index is not merged."""
-        meta, arrays = self._state_sections()
+        the frozen sections but the histories' and the index's, taken now (cheap: views and
+        copies), and a function that returns those of this same moment (the index's with "ix."
+        names, merged when it is called), on any thread, while the state goes on changing
+        (SearchIndex.freeze; ValueError if a posting list is damaged). The live index is not
+        merged."""
+        meta, arrays, histories = self._state_sections()
         frozen = self.index.freeze()
 
         def index_sections() -> dict[str, np.ndarray]:
-            return {"ix." + name: arr for name, arr in frozen.arrays().items()}
+            return {**histories(), **{"ix." + name: arr for name, arr in frozen.arrays().items()}}
 
         return meta, arrays, index_sections
 
@@ -358,8 +360,12 @@ class Catalog:
                     self.doc_slot, self.doc_kind, self.doc_flags, *self.recall.columns(),
                     *self.trash.columns()):
             col.release()
+        self.sessions.release()
 
-    def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
+                                       Callable[[], dict[str, np.ndarray]]]:
+        """(meta, the frozen sections, a function that returns the histories' sections of
+        this moment: concatenated when called, from SessionIndex.freeze's views)."""
         sessions = self.sessions.by_num
         meta = {
             **_versions_meta(sessions),
@@ -381,12 +387,12 @@ class Catalog:
             "doc_slot": self.doc_slot.frozen(),
             "doc_kind": self.doc_kind.frozen(),
             "doc_flags": self.doc_flags.frozen(),
-            **_history_arrays(sessions),
             **self.relations.arrays(),
             **recall_arrays,
             **self.trash.arrays(),
         }
-        return meta, arrays
+        histories = self.sessions.freeze()
+        return meta, arrays, lambda: _history_arrays(histories)
 
     @staticmethod
     def snapshot_is_current(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bool:
@@ -471,7 +477,7 @@ class Catalog:
             "doc_slot": doc_slot,
             "doc_kind": kinds,
             "doc_flags": flags,
-            **_history_arrays(sessions, slot_map),
+            **_history_arrays([(x.ts, x.slots, x.n, x.kind_counts) for x in sessions], slot_map),
             **self.relations.arrays(slot_map),
             **recall_arrays,
             # (no trash sections: deleted messages are gone for good)
@@ -512,17 +518,18 @@ def _versions_meta(sessions: list[Session]) -> dict[str, Any]:
     }
 
 
-def _history_arrays(sessions: list[Session], slot_map: np.ndarray | None = None,
-                    ) -> dict[str, np.ndarray]:
-    """Each session's history, concatenated (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
-    hist_off = np.zeros(len(sessions) + 1, dtype=np.int64)
-    np.cumsum([s.n for s in sessions], out=hist_off[1:])
-    ts = [s.ts[: s.n] for s in sessions]
-    slots = [s.slots[: s.n] if slot_map is None else slot_map[s.slots[: s.n]] for s in sessions]
+def _history_arrays(histories: list[tuple[np.ndarray, np.ndarray, int, list[int]]],
+                    slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Each session's history (ts, slots, n, kind counts: SessionIndex.freeze), concatenated
+    (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
+    hist_off = np.zeros(len(histories) + 1, dtype=np.int64)
+    np.cumsum([n for _, _, n, _ in histories], out=hist_off[1:])
+    ts = [t[:n] for t, _, n, _ in histories]
+    slots = [sl[:n] if slot_map is None else slot_map[sl[:n]] for _, sl, n, _ in histories]
     return {
         "hist_off": hist_off,
         "hist_ts": np.concatenate(ts) if ts else np.zeros(0, "i8"),
         "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
-        "kind_counts": np.array([s.kind_counts for s in sessions],
+        "kind_counts": np.array([k for _, _, _, k in histories],
                                 dtype=np.int64).reshape(-1, len(KINDS)),
     }

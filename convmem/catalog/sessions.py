@@ -23,15 +23,18 @@ def _array_bytes(a: np.ndarray) -> int:
 
 
 class Session:
-    __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts")
+    # epoch: the SessionIndex freeze whose sections no longer hold this session's arrays (they
+    # were copied since, or made after it)
+    __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts", "epoch")
 
-    def __init__(self, name: str, num: int) -> None:
+    def __init__(self, name: str, num: int, epoch: int = 0) -> None:
         self.name = name
         self.num = num
         self.ts = np.zeros(4, dtype=np.int64)
         self.slots = np.zeros(4, dtype=np.int32)
         self.n = 0
         self.kind_counts = [0] * N_KINDS
+        self.epoch = epoch
 
     @property
     def started_at(self) -> int:
@@ -58,13 +61,18 @@ class SessionIndex:
         self.live_sessions = 0
         self._order: list[tuple[int, bytes, int]] | None = None  # (started_at, name utf-8, num)
         self._bytes = 0  # the sessions' own bytes (Session.nbytes), kept as they change
+        # Copy on write for a snapshot written in the background (`freeze`): while `_frozen`,
+        # a session whose epoch is older than `_epoch` still shares its arrays with the frozen
+        # histories and copies them before changing one of their first n entries.
+        self._epoch = 0
+        self._frozen = False
 
     # -- membership ------------------------------------------------------------------------
     def number(self, name: str) -> int:
         """The session's number, creating the session when new."""
         s = self.by_name.get(name)
         if s is None:
-            s = Session(name, len(self.by_num))
+            s = Session(name, len(self.by_num), self._epoch)
             self.by_name[name] = s
             self.by_num.append(s)
             self._bytes += s.nbytes()
@@ -100,6 +108,7 @@ class SessionIndex:
             s.slots = np.concatenate([s.slots, np.zeros(extra, dtype=np.int32)])
             self._bytes += s.arrays_nbytes()
         if i < s.n:
+            self._own(s)
             s.ts[i + 1 : s.n + 1] = s.ts[i : s.n].copy()
             s.slots[i + 1 : s.n + 1] = s.slots[i : s.n].copy()
         s.ts[i] = ts
@@ -117,11 +126,7 @@ class SessionIndex:
         i = self._position(s, ts, ulid)
         if i >= s.n or int(s.slots[i]) != slot:
             raise RuntimeError("history index lost track of a message")
-        if not s.ts.flags.writeable:  # still a view of the snapshot: copy on write
-            self._bytes -= s.arrays_nbytes()
-            s.ts = s.ts.copy()
-            s.slots = s.slots.copy()
-            self._bytes += s.arrays_nbytes()
+        self._own(s)
         s.ts[i : s.n - 1] = s.ts[i + 1 : s.n].copy()
         s.slots[i : s.n - 1] = s.slots[i + 1 : s.n].copy()
         s.n -= 1
@@ -131,6 +136,29 @@ class SessionIndex:
             self._order = None
         elif i == 0:
             self._order = None
+
+    def _own(self, s: Session) -> None:
+        """Make s's arrays its own before a change of one of its first n entries: a read-only
+        view of a mapped snapshot, or arrays a frozen history still holds, are copied."""
+        if not s.ts.flags.writeable or (self._frozen and s.epoch < self._epoch):
+            self._bytes -= s.arrays_nbytes()
+            s.ts = s.ts.copy()
+            s.slots = s.slots.copy()
+            self._bytes += s.arrays_nbytes()
+            s.epoch = self._epoch
+
+    def freeze(self) -> list[tuple[np.ndarray, np.ndarray, int, list[int]]]:
+        """Every session's (ts, slots, n, kind counts) as they are now, without copying the
+        arrays: until `release`, a session copies its arrays before it changes an entry they
+        hold (appends go past n; growing allocates anew). One tuple per session, no copy per
+        message: a background snapshot concatenates them off the mutex."""
+        self._epoch += 1
+        self._frozen = True
+        return [(s.ts, s.slots, s.n, list(s.kind_counts)) for s in self.by_num]
+
+    def release(self) -> None:
+        """The frozen histories are written: no more copies on change."""
+        self._frozen = False
 
     def change_kind(self, num: int, old: int, new: int) -> None:
         counts = self.by_num[num].kind_counts
@@ -157,6 +185,7 @@ class SessionIndex:
             s.slots = hist_slots[a:b]
             s.n = b - a
             s.kind_counts = counts[num]
+            s.epoch = 0
             by_name[name] = s
             by_num.append(s)
             live += s.n > 0

@@ -172,12 +172,28 @@ def test_a_failed_background_snapshot_is_reported_in_health(store_dir: Path, mon
         assert s.get_system_health()["status"] == "OK"
 
 
-def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, held: HeldWrite,
+@pytest.fixture
+def held_job(monkeypatch, held: HeldWrite) -> HeldWrite:
+    """The background job held before it does anything (the histories and the index's sections
+    too are derived from the frozen state only after the changes below)."""
+    real_run = snapshots_module.SnapshotJob.run
+
+    def run(job):
+        if job._thread is not None:  # (a background job; close's own runs at once)
+            assert held.release.wait(30), "the test never released the snapshot"
+        real_run(job)
+
+    monkeypatch.setattr(snapshots_module.SnapshotJob, "run", run)
+    return held
+
+
+def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, held_job: HeldWrite,
                                                            tmp_path: Path):
-    """The catalog's columns are frozen without a copy (Column.frozen): every section of the
-    held snapshot must still equal, array for array, the state replayed from the log up to the
-    snapshot's end, after updates, deletes, restores, metadata changes and appends that grow
-    the columns past their capacity went on while it was being written."""
+    """The catalog's columns and the sessions' histories are frozen without a copy
+    (Column.frozen, SessionIndex.freeze): every section of the held snapshot must still equal,
+    array for array, the state replayed from the log up to the snapshot's end, after updates,
+    deletes, restores, metadata changes and appends that grow the columns past their capacity
+    went on while it was being written."""
     import numpy as np
     truth = tmp_path / "truth"
     s = MemoryStore.open(store_dir)
@@ -187,10 +203,13 @@ def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, hel
                ["message"]["message_id"] for i in range(EVERY - 2)]
         s.delete_message(message_id=ids[2])  # in the trash before the snapshot
         write(s, 50, session="other")  # the EVERY-th record: the snapshot is due
-        assert held.started.wait(30)
+        held = held_job
+        assert s._snapshot_job is not None and not held.started.is_set()
         s.update_message(message_id=ids[0], content="changed", metadata={"tags": ["new"]})
         s.delete_message(message_id=ids[1])
         s.restore_message(message_id=ids[2])
+        # (the delete shifted a frozen history, the restore went back into its middle)
+        write(s, 60)  # at its end
         for i in range(400):  # past the columns' capacity (256): they grow meanwhile
             write(s, 1000 + i, session=f"g{i % 7}")
         held.release.set()
@@ -205,8 +224,10 @@ def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, hel
         held.release.set()
         s.close()
     with MemoryStore.open(truth) as t:  # no snapshot: the state replayed from the log
-        _, expected = t._catalog._state_sections()
+        _, expected, histories = t._catalog._state_sections()
+        expected.update(histories())
     compared = [k for k in expected if not k.startswith("ix.")]
-    assert {"slot_doc", "doc_flags", "rk.tagset", "trash_slot"} <= set(compared)
+    assert {"slot_doc", "doc_flags", "rk.tagset", "trash_slot", "hist_ts", "hist_slots",
+            "kind_counts"} <= set(compared)
     for name in compared:
         assert np.array_equal(sections[name], expected[name]), name
