@@ -23,9 +23,9 @@ def _array_bytes(a: np.ndarray) -> int:
 
 
 class Session:
-    # epoch: the SessionIndex freeze whose sections no longer hold this session's arrays (they
-    # were copied since, or made after it)
-    __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts", "epoch")
+    # epoch, counts_epoch: the SessionIndex freeze whose sections no longer hold this session's
+    # arrays, its kind counts (they were copied since, or made after it)
+    __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts", "epoch", "counts_epoch")
 
     def __init__(self, name: str, num: int, epoch: int = 0) -> None:
         self.name = name
@@ -34,7 +34,7 @@ class Session:
         self.slots = np.zeros(4, dtype=np.int32)
         self.n = 0
         self.kind_counts = [0] * N_KINDS
-        self.epoch = epoch
+        self.epoch = self.counts_epoch = epoch
 
     @property
     def started_at(self) -> int:
@@ -114,6 +114,7 @@ class SessionIndex:
         s.ts[i] = ts
         s.slots[i] = slot
         s.n += 1
+        self._own_counts(s)
         s.kind_counts[kind] += 1
         if s.n == 1:
             self.live_sessions += 1
@@ -130,6 +131,7 @@ class SessionIndex:
         s.ts[i : s.n - 1] = s.ts[i + 1 : s.n].copy()
         s.slots[i : s.n - 1] = s.slots[i + 1 : s.n].copy()
         s.n -= 1
+        self._own_counts(s)
         s.kind_counts[kind] -= 1
         if s.n == 0:
             self.live_sessions -= 1
@@ -147,6 +149,12 @@ class SessionIndex:
             self._bytes += s.arrays_nbytes()
             s.epoch = self._epoch
 
+    def _own_counts(self, s: Session) -> None:
+        """Make s's kind counts its own before they change (a frozen history holds the list)."""
+        if self._frozen and s.counts_epoch < self._epoch:
+            s.kind_counts = list(s.kind_counts)
+            s.counts_epoch = self._epoch
+
     def freeze(self) -> list[tuple[np.ndarray, np.ndarray, int, list[int]]]:
         """Every session's (ts, slots, n, kind counts) as they are now, without copying the
         arrays: until `release`, a session copies its arrays before it changes an entry they
@@ -154,14 +162,16 @@ class SessionIndex:
         message: a background snapshot concatenates them off the mutex."""
         self._epoch += 1
         self._frozen = True
-        return [(s.ts, s.slots, s.n, list(s.kind_counts)) for s in self.by_num]
+        return [(s.ts, s.slots, s.n, s.kind_counts) for s in self.by_num]
 
     def release(self) -> None:
         """The frozen histories are written: no more copies on change."""
         self._frozen = False
 
     def change_kind(self, num: int, old: int, new: int) -> None:
-        counts = self.by_num[num].kind_counts
+        s = self.by_num[num]
+        self._own_counts(s)
+        counts = s.kind_counts
         counts[old] -= 1
         counts[new] += 1
 
@@ -185,7 +195,7 @@ class SessionIndex:
             s.slots = hist_slots[a:b]
             s.n = b - a
             s.kind_counts = counts[num]
-            s.epoch = 0
+            s.epoch = s.counts_epoch = 0
             by_name[name] = s
             by_num.append(s)
             live += s.n > 0
