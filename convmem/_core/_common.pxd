@@ -93,7 +93,10 @@ cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
 # `grow` sets the geometric growth, cap + cap >> grow: 3 (1/8) for long-lived columns, where
 # capacity is memory and large blocks are remapped by realloc rather than copied; 1 (1/2) or 0
 # (x2) for temporaries freed soon after. A buffer may also borrow memory someone else holds
-# (`owned` false, e.g. a numpy view of an mmap'd snapshot): the first reserve copies it.
+# (`owned` false, e.g. a numpy view of an mmap'd snapshot): the first reserve copies it. Or it
+# may share its memory with a frozen snapshot (`shared`, SearchIndex.freeze: the memory is then
+# owned by a block the snapshot's arrays hold): elements past len may still be written (an
+# append), growing copies instead of reallocating, and garr_own copies before a change in place.
 
 cdef struct GArr:
     char* data
@@ -102,6 +105,7 @@ cdef struct GArr:
     int64_t itemsize
     int grow           # growth cap >> grow (see above)
     bint owned
+    bint shared        # (not owned) memory a frozen snapshot holds; see above
 
 
 cdef inline void garr_init(GArr* a, int64_t itemsize, int grow=3) noexcept nogil:
@@ -111,6 +115,7 @@ cdef inline void garr_init(GArr* a, int64_t itemsize, int grow=3) noexcept nogil
     a.itemsize = itemsize
     a.grow = grow
     a.owned = True
+    a.shared = False
 
 
 cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
@@ -118,7 +123,7 @@ cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
     memory runs out (nothing changed then)."""
     cdef int64_t cap
     cdef char* p
-    if n <= a.cap and a.owned:
+    if n <= a.cap and (a.owned or a.shared):
         return 0
     if n <= a.len:
         cap = a.len                                   # copy-on-write without growth
@@ -135,6 +140,7 @@ cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
     a.data = p
     a.cap = cap
     a.owned = True
+    a.shared = False
     CM_ASSERT(a.len <= a.cap and n <= a.cap)
     return 0
 
@@ -147,7 +153,9 @@ cdef inline int garr_reserve(GArr* a, int64_t n) except -1:
 
 
 cdef inline int garr_own(GArr* a) except -1:
+    """Before a change in place: borrowed or shared memory is copied (copy on write)."""
     if not a.owned:
+        a.shared = False
         garr_reserve(a, a.len)
     return 0
 
@@ -159,6 +167,7 @@ cdef inline void garr_free(GArr* a) noexcept nogil:
     a.len = 0
     a.cap = 0
     a.owned = True
+    a.shared = False
 
 
 cdef inline int64_t garr_bytes(const GArr* a) noexcept nogil:

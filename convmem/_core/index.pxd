@@ -57,6 +57,7 @@ cdef class SearchIndex:
     cdef list _scr          # one _Scratch per scoring thread
     cdef cm_worker* _worker     # the second scoring thread (_common.h), NULL until needed
     cdef list _keep         # arrays whose memory is borrowed (from_arrays)
+    cdef list _shared       # (GArr address, _SharedBlock): columns a freeze() shares (_column)
     # Character lists (docs/SCORING.md "Storage"): for the CJK characters whose group is large,
     # one list per field of the group's postings in segment _cx_for (tf summed, capped), as a
     # segment whose terms are code points; used while _segs[0] is _cx_for. None: none.
@@ -102,5 +103,6 @@ cdef class SearchIndex:
     cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
                        int f) except -1
     cdef int _build_cx(self) except -1
-    cdef dict _doc_arrays(self)
+    cdef dict _doc_arrays(self, bint share=*)
+    cdef object _column(self, GArr* a, object dtype, tuple shape, bint share)
 

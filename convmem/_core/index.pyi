@@ -91,6 +91,7 @@ class SearchIndex:
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch
     def block_max_arrays(self) -> dict[str, np.ndarray]: ...  # compiled: stored block maxima
     def to_arrays(self) -> dict[str, np.ndarray]: ...
+    def release_frozen(self) -> None: ...  # the last freeze()'s arrays are gone
     def freeze(self) -> _Frozen: ...  # to_arrays + block_max_arrays of now, merged by .arrays()
     @classmethod
     def from_arrays(

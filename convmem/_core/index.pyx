@@ -37,8 +37,10 @@ index holds the index's own lock, so threads may share an index (one operation a
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
+from cpython.ref cimport Py_REFCNT
 from libc.math cimport log
-from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport (INT64_MAX, INT64_MIN, int32_t, int64_t, intptr_t, uint8_t, uint32_t,
+                          uint64_t)
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
@@ -82,6 +84,16 @@ cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
     a.owned = False
     keep.append(arr)
     return 0
+
+
+cdef class _SharedBlock:
+    """Memory a GArr handed to a frozen snapshot (SearchIndex.freeze): the frozen arrays view
+    it; it is freed with the last of them, unless release_frozen hands it back to the GArr."""
+    cdef char* p
+
+    def __dealloc__(self):
+        if self.p != NULL:
+            PyMem_RawFree(self.p)
 
 
 cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
@@ -165,6 +177,7 @@ cdef class SearchIndex:
         self._worker = NULL
         self._segs = []
         self._keep = []
+        self._shared = []
         self._cx = None
         self._cx_for = None
         self._views = NULL
@@ -1166,7 +1179,7 @@ cdef class SearchIndex:
         cdef _Segment seg
         with self._lock:
             self._flush()
-            fz.base = self._doc_arrays()
+            fz.base = self._doc_arrays(True)
             fz.segs = list(self._segs)
             self._norm(fz.c0, fz.cb)
             fz.need_merge = len(fz.segs) > 1 or (len(fz.segs) == 1
@@ -1195,8 +1208,12 @@ cdef class SearchIndex:
             out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
         return out
 
-    cdef dict _doc_arrays(self):
-        """to_arrays without the postings: copies."""
+    cdef dict _doc_arrays(self, bint share=False):
+        """to_arrays without the postings: copies; with `share`, the columns that only grow
+        (nothing below their length changes: per-doc values set once, term keys) are instead
+        views of their memory, handed to a _SharedBlock (_share): the index goes on appending
+        past them and copies only if it must grow meanwhile. The columns changed in place
+        (doc flags, document frequencies, the term table) are copied."""
         cdef int64_t n = self._n_docs, T = self._t_keys.len
         out = {
             "format": np.array(IX_ARRAYS_FORMAT, dtype=np.int64),
@@ -1204,19 +1221,66 @@ cdef class SearchIndex:
             "n_live": np.array(self._n_live, dtype=np.int64),
             "sum_len": np.array([self._sum_len[0], self._sum_len[1], self._sum_len[2]],
                                 dtype=np.int64),
-            "term_keys": garr_to_numpy(&self._t_keys, np.uint64, (T,)),
+            "term_keys": self._column(&self._t_keys, np.uint64, (T,), share),
             "term_df": garr_to_numpy(&self._t_df, np.uint32, (T,)),
             "term_table": garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,)),
         }
         out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
-        out["doc_importance"] = garr_to_numpy(&self._imp, np.uint8, (n,))
-        out["doc_session"] = garr_to_numpy(&self._sess, np.int32, (n,))
-        out["doc_timestamp"] = garr_to_numpy(&self._ts, np.int64, (n,))
-        out["doc_ulid"] = garr_to_numpy(&self._ulid, np.uint8, (n, IX_ULID))
-        out["doc_lens"] = garr_to_numpy(&self._lens, np.uint32, (n, 3))
-        out["tag_offsets"] = garr_to_numpy(&self._tag_off, np.uint32, (n + 1,))
-        out["tag_hashes"] = garr_to_numpy(&self._tag_val, np.uint64, (self._tag_val.len,))
+        out["doc_importance"] = self._column(&self._imp, np.uint8, (n,), share)
+        out["doc_session"] = self._column(&self._sess, np.int32, (n,), share)
+        out["doc_timestamp"] = self._column(&self._ts, np.int64, (n,), share)
+        out["doc_ulid"] = self._column(&self._ulid, np.uint8, (n, IX_ULID), share)
+        out["doc_lens"] = self._column(&self._lens, np.uint32, (n, 3), share)
+        out["tag_offsets"] = self._column(&self._tag_off, np.uint32, (n + 1,), share)
+        out["tag_hashes"] = self._column(&self._tag_val, np.uint64, (self._tag_val.len,), share)
         return out
+
+    cdef object _column(self, GArr* a, object dtype, tuple shape, bint share):
+        """A copy of the GArr's elements, or with `share` a read-only view of them (_share)."""
+        cdef _SharedBlock blk = None
+        cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
+        if not share or nbytes == 0 or not (a.owned or a.shared):
+            return garr_to_numpy(a, dtype, shape)  # (borrowed from a mapped snapshot: copied)
+        for addr, b in self._shared:
+            if <GArr*><intptr_t>addr == a and (<_SharedBlock>b).p == a.data:
+                blk = <_SharedBlock>b  # (frozen again before a release: the same block)
+        if blk is None:
+            CM_ASSERT(a.owned)
+            blk = _SharedBlock.__new__(_SharedBlock)
+            blk.p = a.data
+            a.owned = False
+            a.shared = True
+            self._shared.append((<intptr_t>a, blk))
+        raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>a.data)
+        cnp.set_array_base(raw, blk)
+        raw.flags.writeable = False
+        return raw.view(dtype).reshape(shape)
+
+    @property
+    def shared_columns(self) -> int:
+        """Columns whose memory a freeze() shares and release_frozen has not taken back."""
+        return len(self._shared)
+
+    def release_frozen(self) -> None:
+        """The arrays of the last freeze() are gone (their snapshot is written): a column that
+        still uses its shared memory takes it back (no copy on a later change); one that
+        grew away from it leaves it to be freed with the last view."""
+        cdef GArr* a
+        cdef _SharedBlock blk
+        with self._lock:
+            kept = []
+            for addr, b in self._shared:
+                a = <GArr*><intptr_t>addr
+                blk = <_SharedBlock>b
+                if not (a.shared and a.data == blk.p):
+                    continue  # (the column moved on: the block is the views' alone)
+                if Py_REFCNT(blk) > 3:  # (the list's tuple, b, blk: a view is still alive)
+                    kept.append((addr, blk))
+                    continue
+                blk.p = NULL
+                a.owned = True
+                a.shared = False
+            self._shared = kept
 
     @classmethod
     def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),

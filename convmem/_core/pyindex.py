@@ -391,6 +391,9 @@ class SearchIndex:
         return {"postings": 5 * n_post, "terms": 16 * len(self._term_keys),
                 "doc_columns": 60 * len(self._docs), "scratch": 0}
 
+    def release_frozen(self) -> None:
+        """The compiled index's freeze shares memory and takes it back here; this one copies."""
+
     def freeze(self) -> "_Frozen":
         """The compiled index's two-step to_arrays (taken now, merged later off the lock); the
         twin has nothing to merge: its arrays are built now, as fresh arrays."""

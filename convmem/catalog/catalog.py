@@ -361,6 +361,7 @@ class Catalog:
                     *self.trash.columns()):
             col.release()
         self.sessions.release()
+        self.index.release_frozen()
 
     def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                        Callable[[], dict[str, np.ndarray]]]:

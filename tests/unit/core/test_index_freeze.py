@@ -80,3 +80,44 @@ def test_frozen_char_lists_are_kept_or_built() -> None:
     assert compiled.SearchIndex.from_arrays(built).search(
         np.array([uni(COMMON[0])], dtype=np.uint64), 10)[0].tolist() == \
         ix.search(np.array([uni(COMMON[0])], dtype=np.uint64), 10)[0].tolist()
+
+
+def test_freeze_shares_the_growing_columns_until_released() -> None:
+    """The compiled freeze() copies no column that only grows: its arrays view the index's own
+    memory, which the index appends past and copies only to grow (past its capacity, here) or
+    to change in place. release_frozen takes the memory back once no view of it is left, and
+    never while one is: the views stay valid and unchanged whatever the index does."""
+    docs = _docs(7, 1200)
+    ix = _build(compiled.SearchIndex, docs[:1000])
+    frozen = ix.freeze()
+    got = frozen.arrays()
+    # term keys and the doc columns set once (tag hashes only when there are some)
+    shared = 7 + (got["tag_hashes"].size > 0)
+    assert ix.shared_columns == shared
+    ulid, ts, keys = got["doc_ulid"], got["doc_timestamp"], got["term_keys"]
+    assert not ulid.flags.writeable
+    before = {name: np.array(a) for name, a in got.items()}
+    ix.release_frozen()  # views are alive: nothing is taken back
+    assert ix.shared_columns == shared
+    for d in range(1000, 1200):  # appends, past the columns' capacity
+        ix.add(d, *docs[d])
+    ix.remove(5, *docs[5][:3])
+    for name, a in got.items():
+        assert np.array_equal(a, before[name]), name
+    del got, frozen, ulid, ts, keys, a
+    ix.release_frozen()  # every column grew away from its shared memory
+    assert ix.shared_columns == 0
+    # Shared, then taken back without growing: later changes copy nothing and stay right.
+    arrays = ix.freeze().arrays()
+    ref = {name: np.array(a) for name, a in arrays.items()}
+    del arrays
+    ix.release_frozen()
+    assert ix.shared_columns == 0
+    ix.remove(6, *docs[6][:3])
+    ix.add(1200, *docs[7])
+    again = _reference(ix)
+    assert again["doc_ulid"][:1200].tobytes() == ref["doc_ulid"].tobytes()
+    rebuilt = _build(compiled.SearchIndex, docs + [docs[7]])
+    for d in (5, 6):
+        rebuilt.remove(d, *docs[d][:3])
+    assert _results(ix) == _results(rebuilt)
