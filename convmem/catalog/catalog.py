@@ -31,7 +31,7 @@ from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KI
                    tag_keys)
 from .recall_keys import RecallKeys
 from .relations import RelationIndex
-from .sessions import Session, SessionIndex
+from .sessions import Histories, Session, SessionIndex, histories
 from .trash import Trash
 
 STATE_VERSION = 4  # of the snapshot sections written here; a snapshot of another is re-derived
@@ -478,7 +478,7 @@ class Catalog:
             "doc_slot": doc_slot,
             "doc_kind": kinds,
             "doc_flags": flags,
-            **_history_arrays([(x.ts, x.slots, x.n, x.kind_counts) for x in sessions], slot_map),
+            **_history_arrays(histories(sessions), slot_map),
             **self.relations.arrays(slot_map),
             **recall_arrays,
             # (no trash sections: deleted messages are gone for good)
@@ -519,18 +519,18 @@ def _versions_meta(sessions: list[Session]) -> dict[str, Any]:
     }
 
 
-def _history_arrays(histories: list[tuple[np.ndarray, np.ndarray, int, list[int]]],
-                    slot_map: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Each session's history (ts, slots, n, kind counts: SessionIndex.freeze), concatenated
+def _history_arrays(frozen: Histories, slot_map: np.ndarray | None = None,
+                    ) -> dict[str, np.ndarray]:
+    """Each session's history (SessionIndex.freeze, sessions.histories), concatenated
     (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
-    hist_off = np.zeros(len(histories) + 1, dtype=np.int64)
-    np.cumsum([n for _, _, n, _ in histories], out=hist_off[1:])
-    ts = [t[:n] for t, _, n, _ in histories]
-    slots = [sl[:n] if slot_map is None else slot_map[sl[:n]] for _, sl, n, _ in histories]
+    ts_arrays, slot_arrays, ns, counts = frozen
+    hist_off = np.zeros(len(ns) + 1, dtype=np.int64)
+    np.cumsum(ns, out=hist_off[1:])
+    ts = [t[:n] for t, n in zip(ts_arrays, ns)]
+    slots = [sl[:n] if slot_map is None else slot_map[sl[:n]] for sl, n in zip(slot_arrays, ns)]
     return {
         "hist_off": hist_off,
         "hist_ts": np.concatenate(ts) if ts else np.zeros(0, "i8"),
         "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
-        "kind_counts": np.array([k for _, _, _, k in histories],
-                                dtype=np.int64).reshape(-1, len(KINDS)),
+        "kind_counts": np.array(counts, dtype=np.int64).reshape(-1, len(KINDS)),
     }

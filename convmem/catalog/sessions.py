@@ -53,6 +53,16 @@ class Session:
         return _array_bytes(self.ts) + _array_bytes(self.slots)
 
 
+# Sessions' histories for the snapshot's hist_* sections: (ts arrays, slot arrays, lengths,
+# kind counts), one entry per session in number order (entries past a length are not theirs).
+Histories = tuple[list[np.ndarray], list[np.ndarray], list[int], list[list[int]]]
+
+
+def histories(sessions: list[Session]) -> Histories:
+    return ([s.ts for s in sessions], [s.slots for s in sessions], [s.n for s in sessions],
+            [s.kind_counts for s in sessions])
+
+
 class SessionIndex:
     def __init__(self, ulid_of: Callable[[int], bytes]) -> None:
         self._ulid_of = ulid_of  # slot -> 16-byte id, for ordering ties
@@ -155,14 +165,15 @@ class SessionIndex:
             s.kind_counts = list(s.kind_counts)
             s.counts_epoch = self._epoch
 
-    def freeze(self) -> list[tuple[np.ndarray, np.ndarray, int, list[int]]]:
-        """Every session's (ts, slots, n, kind counts) as they are now, without copying the
-        arrays: until `release`, a session copies its arrays before it changes an entry they
-        hold (appends go past n; growing allocates anew). One tuple per session, no copy per
-        message: a background snapshot concatenates them off the mutex."""
+    def freeze(self) -> "Histories":
+        """Every session's history as it is now, without copying the arrays: until `release`,
+        a session copies its arrays (its kind counts) before it changes an entry they hold
+        (appends go past n; growing allocates anew). Four lists of references, no object per
+        session (a tuple each would wake the garbage collector: 28 ms at 10k sessions) and no
+        copy per message: a background snapshot concatenates them off the mutex."""
         self._epoch += 1
         self._frozen = True
-        return [(s.ts, s.slots, s.n, s.kind_counts) for s in self.by_num]
+        return histories(self.by_num)
 
     def release(self) -> None:
         """The frozen histories are written: no more copies on change."""
