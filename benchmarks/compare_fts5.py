@@ -632,7 +632,7 @@ def plot(all_results: dict[str, Any], path: Path, required: bool = False) -> Non
               "(pip install matplotlib to get it)", file=sys.stderr)
         return
     sizes = sorted(int(s) for s in all_results)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, (ax, mx) = plt.subplots(1, 2, figsize=(12, 4.5))
     styles = {"p50": "-", "p95": "--", "p99": ":"}
     colors = {"convmem": "tab:blue", "fts5": "tab:orange", "tantivy": "tab:green"}
     for name in ("convmem", "fts5", "tantivy"):
@@ -642,13 +642,24 @@ def plot(all_results: dict[str, Any], path: Path, required: bool = False) -> Non
         for p, style in styles.items():
             ys = [all_results[str(s)]["engines"][name]["query_ms"][p] for s in xs]
             ax.plot(xs, ys, style, marker="o", color=colors[name], label=f"{name} {p}")
+        for key, style, what in (("rss_after_open_kb", "-", "RSS once open"),
+                                 ("rss_peak_kb", "--", "RSS peak in build")):
+            ys = [all_results[str(s)]["engines"][name][key] / 1024 for s in xs]
+            mx.plot(xs, ys, style, marker="o", color=colors[name], label=f"{name} {what}")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("messages in store")
     ax.set_ylabel(f"search latency, ms (k={K})")
-    ax.set_title("convmem vs SQLite FTS5 (same tokens, same field weights)")
+    ax.set_title("search latency (same tokens, same field weights)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
+    mx.set_xscale("log")
+    mx.set_yscale("log")
+    mx.set_xlabel("messages in store")
+    mx.set_ylabel("resident memory, MB")
+    mx.set_title("memory (VmRSS, VmHWM of the process)")
+    mx.grid(True, which="both", alpha=0.3)
+    mx.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})  # the same results give the same bytes
     print(f"plot written to {path}", file=sys.stderr)
