@@ -136,7 +136,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         store = _open_store(args.data_dir)
         try:
             progress = ProgressBar(sys.stderr, None) if sys.stderr.isatty() else None
-            summary = import_jsonl(store, sys.stdin.buffer, progress)
+            with store.deferring_snapshots():  # (close writes the snapshot)
+                summary = import_jsonl(store, sys.stdin.buffer, progress)
         finally:
             store.close()
         sys.stdout.write("\n".join(summary.lines()) + "\n")
@@ -154,31 +155,32 @@ def cmd_import(args: argparse.Namespace) -> int:
     store = _open_store(args.data_dir)
     out_lines: list[str] = []
     try:
-        plain = [s for s in sources if s.fmt == "convmem"]
-        chats = [s for s in sources if s.fmt != "convmem"]
-        for src in plain:  # convmem's own format: its summary, as before
-            with src.open() as stream:
-                tty = sys.stderr.isatty()
-                progress = ProgressBar(sys.stderr, os.fstat(stream.fileno()).st_size) if tty else None
-                summary = import_jsonl(store, stream, progress)
-            lines = summary.lines()
-            out_lines += lines if len(sources) == 1 else [f"{src.path}: {lines[0]}"] + lines[1:]
-        reports = []
-        if chats:
-            total = 0
-            for src in chats:
-                try:
-                    total += os.path.getsize(src.path)
-                except OSError:
-                    pass
-            progress = Progress(sys.stderr, total)
-            reports = run_import(store, chats, options, progress)
-            for r in reports:
-                out_lines.append(r.line())
-                out_lines += [f"  {e}" for e in r.examples]
-                if r.error:
-                    out_lines.append(f"  cannot read: {r.error}")
-            progress.final(reports)
+        with store.deferring_snapshots():  # (close writes the snapshot)
+            plain = [s for s in sources if s.fmt == "convmem"]
+            chats = [s for s in sources if s.fmt != "convmem"]
+            for src in plain:  # convmem's own format: its summary, as before
+                with src.open() as stream:
+                    tty = sys.stderr.isatty()
+                    progress = ProgressBar(sys.stderr, os.fstat(stream.fileno()).st_size) if tty else None
+                    summary = import_jsonl(store, stream, progress)
+                lines = summary.lines()
+                out_lines += lines if len(sources) == 1 else [f"{src.path}: {lines[0]}"] + lines[1:]
+            reports = []
+            if chats:
+                total = 0
+                for src in chats:
+                    try:
+                        total += os.path.getsize(src.path)
+                    except OSError:
+                        pass
+                progress = Progress(sys.stderr, total)
+                reports = run_import(store, chats, options, progress)
+                for r in reports:
+                    out_lines.append(r.line())
+                    out_lines += [f"  {e}" for e in r.examples]
+                    if r.error:
+                        out_lines.append(f"  cannot read: {r.error}")
+                progress.final(reports)
     finally:
         store.close()
     for path, why in problems:

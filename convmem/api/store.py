@@ -11,6 +11,7 @@ store/.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -124,12 +125,28 @@ class MemoryStore(RecallTools, TrashTools):
             if self._catalog.unsaved_records:
                 self._write_snapshot()
 
+    @contextlib.contextmanager
+    def deferring_snapshots(self) -> Iterator[None]:
+        """No periodic snapshot while the block runs (a bulk import: from empty, snapshots every
+        quarter of the store write the whole state about five times over); the log holds every
+        record, so nothing acknowledged depends on them. After it, one is due as usual."""
+        with self._mutex:
+            self._defer_snapshots += 1
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._defer_snapshots -= 1
+                if not self._defer_snapshots and self._log is not None:
+                    self._after_write()
+
     def _open(self) -> None:
         self._verifier: recovery.Verification | None = None
         self._io = IoCounters()
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
         self._cadence = snapshots.Cadence()
+        self._defer_snapshots = 0  # (deferring_snapshots blocks running)
         self._snapshot_job: snapshots.SnapshotJob | None = None  # a periodic snapshot being written
         if not self.read_only:
             for leftover in LEFTOVER_NAMES:
@@ -335,6 +352,8 @@ class MemoryStore(RecallTools, TrashTools):
             self._reap_snapshot()  # (its outcome first: a failure sets the back-off below)
             if self._snapshot_job is not None:
                 return  # (one at a time: a later write looks again)
+        if self._defer_snapshots:
+            return
         if not self._cadence.due(self._catalog.unsaved_records, self._catalog.index.n_docs):
             return
         try:

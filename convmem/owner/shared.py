@@ -15,6 +15,7 @@ export and checkpoint, so the servers and the CLI use it unchanged.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -245,6 +246,17 @@ class SharedStore:
 
     def checkpoint(self) -> None:
         self._call("checkpoint", {})
+
+    @contextlib.contextmanager
+    def deferring_snapshots(self) -> Iterator[None]:
+        """MemoryStore.deferring_snapshots while this process owns the store; an attached one
+        leaves the snapshots to the owner's cadence."""
+        local = self._local
+        if local is None:
+            yield
+            return
+        with local.deferring_snapshots():
+            yield
 
     def verify(self) -> dict[str, Any]:
         return self._call("verify", {})

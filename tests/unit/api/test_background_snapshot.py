@@ -231,3 +231,47 @@ def test_frozen_sections_equal_the_state_they_were_taken_at(store_dir: Path, hel
             "kind_counts"} <= set(compared)
     for name in compared:
         assert np.array_equal(sections[name], expected[name]), name
+
+
+def _count_snapshots(monkeypatch) -> list[int]:
+    written: list[int] = []
+    real = snapshots_module.write_snapshot
+
+    def counting(path, meta, arrays, io):
+        written.append(meta["last_seq"])
+        return real(path, meta, arrays, io)
+
+    monkeypatch.setattr(snapshots_module, "write_snapshot", counting)
+    return written
+
+
+def test_import_messages_writes_one_snapshot_at_its_end(store_dir: Path, monkeypatch):
+    """A bulk import defers the periodic snapshots (deferring_snapshots): 500 records with a
+    snapshot due every 10 give one snapshot, its closing checkpoint, covering them all."""
+    monkeypatch.setattr(snapshots_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+    written = _count_snapshots(monkeypatch)
+    items = [{"session_id": f"s{i % 5}", "role": "user", "content": f"imported {i}"}
+             for i in range(500)]
+    with MemoryStore.open(store_dir) as s:
+        assert s.import_messages(items, batch_size=20) == 500
+        assert written == [500]
+        # Afterwards the cadence is as before (Cadence.due: a quarter of the docs, at least EVERY).
+        due = next(k for k in range(1, 1000) if k >= max(EVERY, (500 + k) // 4))
+        for i in range(due):
+            write(s, i)
+        settle(s)
+        assert written == [500, 500 + due]
+
+
+def test_deferring_snapshots_ends_with_its_block_even_on_an_error(store_dir: Path, monkeypatch):
+    monkeypatch.setattr(snapshots_module, "SNAPSHOT_EVERY_RECORDS", EVERY)
+    written = _count_snapshots(monkeypatch)
+    items = [{"session_id": "s", "role": "user", "content": f"imported {i}"} for i in range(30)]
+    items.append({"session_id": "s", "role": "nobody", "content": "bad"})
+    with MemoryStore.open(store_dir) as s:
+        with pytest.raises(Exception, match="role"):
+            s.import_messages(items, batch_size=15)  # two groups imported, the third refused
+        settle(s)
+        # The block's end found a snapshot due (30 unsaved) and wrote it in the background.
+        assert written == [30]
+        assert s.get_system_health()["active_messages"] == 30
