@@ -78,9 +78,14 @@ def serve(args: argparse.Namespace) -> int:
         relayed = _relay_stdio(data_dir, toolsets)
         if relayed is not None:
             return relayed
-    # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
-    # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
-    importer = _import_in_background(f"convmem.server.{args.transport}")
+    # The server's modules load while the store opens (mostly code that releases the GIL: file
+    # reads, numpy). Over stdio that is the SDK-free server (server/fast.py: importing the MCP SDK
+    # alone takes ~0.45 s, longer than opening a million messages); the SDK is imported only if
+    # the session needs it, or from the start with CONVMEM_STDIO_SDK=1.
+    module = args.transport
+    if args.transport == "stdio" and not _sdk_stdio():
+        module = "fast"
+    importer = _import_in_background(f"convmem.server.{module}")
     try:
         store = _open_store(data_dir)
     finally:
@@ -122,6 +127,12 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sdk_stdio() -> bool:
+    """Whether stdio sessions run on the MCP SDK's server from their first message (a hidden
+    switch: the differential test compares both servers, and an operator can rule ours out)."""
+    return os.environ.get("CONVMEM_STDIO_SDK") == "1"
+
+
 def _signal_status(sig: int | None) -> int:
     """A server's exit status, the same for both transports: 0 when stopped by SIGTERM (a host
     or a service manager ending it) or by end of input, 130 after Ctrl-C (SIGINT)."""
@@ -157,7 +168,10 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
     """Serve until stdin closes (returns 0) or SIGTERM/SIGINT (returns the signal's number)."""
     import anyio
 
-    from convmem.server import serve_stdio
+    if _sdk_stdio():
+        from convmem.server import serve_stdio as serve_session
+    else:  # (not a name of convmem.server.stdio: importing that module imports the SDK)
+        from convmem.server import serve_stdio_fast as serve_session
 
     if sys.stdin.isatty():
         sys.stderr.write(
@@ -182,7 +196,7 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
 
     def run() -> None:
         try:
-            anyio.run(serve_stdio, store, version, catalog)
+            anyio.run(serve_session, store, version, catalog)
         except BaseException as exc:  # re-raised in the main thread
             failure.append(exc)
 

@@ -309,14 +309,13 @@ class LineSource(_ClosingStream):
             if len(self._partial) > self._max_line:
                 self._overflow()
             return
-        lines = chunk.split(b"\n")
+        lines: list[bytes] = chunk.split(b"\n")
         tail = lines.pop()
         if self._partial:
-            self._partial += lines[0]
-            if len(self._partial) > self._max_line:
-                lines[0] = _Overlong(bytes(self._partial[:_OVERLONG_PREFIX]))  # type: ignore[call-overload]
-            else:
-                lines[0] = bytes(self._partial)
+            self._partial += lines.pop(0)
+            # (a line cut across chunks may pass the cap only with its last chunk)
+            whole = bytes(self._partial)
+            self._lines.append(_Overlong(whole[:_OVERLONG_PREFIX]) if len(whole) > self._max_line else whole)
             self._partial.clear()
         self._lines.extend(_Overlong(x[:_OVERLONG_PREFIX]) if len(x) > self._max_line else x for x in lines)
         self._partial += tail
