@@ -18,7 +18,8 @@ differential test runs the same scripted sessions against both, tests/e2e/test_s
 Only messages of exactly the shapes the SDK is known to accept and to answer so count (see
 `_plain_initialize`, `_plain_call`, ...): anything else, even what the SDK might answer the same
 way (a request before `initialize`, another method, params of another shape, a batch, a line
-orjson cannot read), is left to the SDK. At the first such line this server stops reading, lets
+orjson cannot read or might read otherwise than the SDK: an integer beyond 64 bits), is left to
+the SDK. At the first such line this server stops reading, lets
 its calls in flight finish and answer, imports the SDK and hands the connection over
 (stdio.serve_handed_over): the SDK's server gets the client's `initialize` and
 `notifications/initialized` replayed (the replayed answer is dropped), then that line and
@@ -65,6 +66,7 @@ _CLIENT_INFO_KEYS = frozenset({"name", "version", "title"})
 _CALL_KEYS = frozenset({"name", "arguments", "_meta"})
 _META_KEYS = frozenset({"progressToken"})
 _CANCEL_KEYS = frozenset({"requestId", "reason"})
+_INT64_FLOOR = 2.0**63  # orjson reads integers in [-2**63, 2**64) as integers
 
 
 def trace_enabled() -> bool:
@@ -79,6 +81,23 @@ def _trace(text: str) -> None:
 def _is_id(value: object) -> bool:
     """A JSON-RPC request id as the SDK reads one: an integer (not a boolean) or a string."""
     return type(value) is int or type(value) is str
+
+
+def _exact_numbers(value: object) -> bool:
+    """Whether orjson read every number of `value` as the SDK reads it: orjson turns an integer
+    beyond 64 bits into a float (the SDK keeps the integer), so any float that large might have
+    been one. (Iterative: orjson nests up to 1024 levels, deeper than Python's recursion limit.)"""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            stack.extend(item.values())  # type: ignore[attr-defined]
+        elif kind is list:
+            stack.extend(item)  # type: ignore[arg-type]
+        elif kind is float and not -_INT64_FLOOR < item < _INT64_FLOOR:  # type: ignore[operator]
+            return False
+    return True
 
 
 def _plain_capabilities(capabilities: object) -> bool:
@@ -199,6 +218,8 @@ class FastSession:
         except orjson.JSONDecodeError:
             return False
         if type(message) is not dict or not message.keys() <= _MESSAGE_KEYS or message.get("jsonrpc") != "2.0":
+            return False
+        if not _exact_numbers(message):
             return False
         method = message.get("method")
         params = message.get("params")

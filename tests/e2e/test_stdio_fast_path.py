@@ -252,6 +252,11 @@ def every_tool_steps() -> list[Step]:
         send(request(3, "ping"), 3),
         send(request("str-id", "ping", {}), "str-id"),
         send(request(-4, "tools/list", {}), -4),
+        send(request("", "ping"), ""),
+        send(request(0, "ping"), 0),
+        send(request(2**64 - 1, "ping"), 2**64 - 1),
+        send(request(-2**63, "ping"), -2**63),
+        send(call(4, "search_messages", {"query": "x", "limit": 2**63}), 4),  # (64 bits: orjson's integer)
         send(call(5, "write_message", {"session_id": "s1", "role": "user", "content": "the database migration plan",
                                        "metadata_json": json.dumps({"tags": ["db", "plan"], "memory_kind": "semantic",
                                                                     "importance": 8})}), 5,
@@ -373,6 +378,12 @@ HANDOVERS: dict[str, Step] = {
                            b'"arguments":{"session_id":"s","role":"user","content":"\\ud800 lone"}}}', 50),
     "huge-number": send(b'{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"search_messages",'
                         b'"arguments":{"query":"x","limit":1e400}}}', 50),
+    "integer-beyond-64-bits": send(b'{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"update_message",'
+                                   b'"arguments":{"message_id":"x","content":"y","expected_revision":1180591620717411303424}}}', 50),
+    "negative-beyond-64-bits": send(b'{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"search_messages",'
+                                    b'"arguments":{"query":"x","limit":-9223372036854775809}}}', 50),
+    "large-float": send(b'{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"search_messages",'
+                        b'"arguments":{"query":"x","limit":1.8e19}}}', 50),
     "duplicate-keys": send(b'{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"write_message",'
                            b'"arguments":{"session_id":"a","session_id":"b","role":"user","content":"dup"}}}', 50),
     "client-response": send(b'{"jsonrpc":"2.0","id":50,"result":{}}'),
