@@ -11,8 +11,9 @@ differential test runs the same scripted sessions against both, tests/e2e/test_s
 - `notifications/initialized`, `ping`, `tools/list`;
 - `tools/call` of the session's tools (calls.ToolCalls, as the SDK's server runs them: the same
   outcomes, the same threads), answered once done, several at a time;
-- `notifications/cancelled` of a call in flight: the call is cancelled if it has not started and
-  nothing answers it, as with the SDK;
+- `notifications/cancelled` of a call in flight: the call is not run if it has not started, and
+  nothing answers it (the SDK's rules; which calls of a pipelined batch have started when the
+  cancel is read depends on each server's scheduling);
 - lines that are not valid UTF-8 or too long, answered by lines.py for both servers alike.
 
 Only messages of exactly the shapes the SDK is known to accept and to answer so count (see

@@ -466,3 +466,28 @@ def test_handshake_versions_are_the_sdks() -> None:
 
     assert HANDSHAKE_VERSIONS == tuple(HANDSHAKE_PROTOCOL_VERSIONS)
     assert _PLAIN_VERSIONS == frozenset(HANDSHAKE_VERSIONS)  # (fast.py answers calls plainly on each)
+
+
+def test_cancelled_call_is_not_answered(tmp_path: Path) -> None:
+    """A call cancelled in the same write as its request is neither run nor answered (the SDK's
+    server does the same for it); a cancel of a call already answered changes nothing. Which
+    calls have started when a cancel arrives depends on scheduling in both servers, so this is
+    checked here on the SDK-free server alone rather than side by side."""
+    session = Session(tmp_path / "data", sdk=False)
+    try:
+        session.write(request(1, "initialize", INIT_PARAMS) + b"\n")
+        session.until({1})
+        session.write(call(2, "write_message", {"session_id": "c", "role": "user", "content": "cancelled"}) + b"\n"
+                      + notify("notifications/cancelled", {"requestId": 2, "reason": "changed my mind"}) + b"\n"
+                      + call(3, "write_message", {"session_id": "c", "role": "user", "content": "kept"}) + b"\n")
+        got = session.until({3})
+        assert [m["id"] for m in got] == [3]
+        session.write(notify("notifications/cancelled", {"requestId": 3}) + b"\n"
+                      + call(4, "read_messages", {"session_id": "c"}) + b"\n")
+        got = session.until({4})
+        assert [m["id"] for m in got] == [4]
+        history = json.loads(got[0]["result"]["content"][0]["text"])["history"]
+        assert [m["content"] for m in history] == ["kept"]
+    finally:
+        assert session.close() == 0
+    assert "handing over" not in session.stderr()
