@@ -128,8 +128,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def _sdk_stdio() -> bool:
-    """Whether stdio sessions run on the MCP SDK's server from their first message (a hidden
-    switch: the differential test compares both servers, and an operator can rule ours out)."""
+    """Whether stdio sessions run on the MCP SDK's server from their first message
+    (CONVMEM_STDIO_SDK=1; see convmem/server/fast.py, which reads it for relayed sessions)."""
     return os.environ.get("CONVMEM_STDIO_SDK") == "1"
 
 

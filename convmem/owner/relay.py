@@ -331,7 +331,7 @@ class Relay:
     def _local_session(self, store: Any) -> socket.socket:
         import anyio
 
-        from ..server.stdio import serve_stream
+        from ..server.fast import serve_stream_fast as serve_stream  # (the SDK only if the session needs it)
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.setblocking(False)

@@ -70,6 +70,12 @@ _CANCEL_KEYS = frozenset({"requestId", "reason"})
 _INT64_FLOOR = 2.0**63  # orjson reads integers in [-2**63, 2**64) as integers
 
 
+def sdk_forced() -> bool:
+    """CONVMEM_STDIO_SDK=1: sessions run on the MCP SDK's server from their first message (a
+    hidden switch: the differential test compares both servers, and an operator can rule ours out)."""
+    return os.environ.get("CONVMEM_STDIO_SDK") == "1"
+
+
 def trace_enabled() -> bool:
     return os.environ.get("CONVMEM_STDIO_TRACE") == "1"
 
@@ -305,6 +311,20 @@ class FastSession:
             del self._in_flight[key]
 
 
+async def _serve(store: Any, version: str, catalog: ToolCatalog, source: LineSource, sink: LineSink) -> None:
+    session = FastSession(store, version, catalog, source, sink)
+    line = await session.run()
+    if line is None:
+        await source.aclose()
+        await sink.aclose()
+        return
+    source.push_back(line)
+    if trace_enabled():
+        _trace(f"handing over to the MCP SDK at the line {line[:200]!r}")
+    stdio = importlib.import_module(".stdio", __package__)
+    await stdio.serve_handed_over(store, version, catalog, source, sink, session.replay, session.initialize_id)
+
+
 async def serve_stdio_fast(store: Any, version: str, catalog: ToolCatalog = CONTRACT) -> None:
     """Serve stdio until stdin closes and every request read is answered: without the SDK while
     the client sends what FastSession answers, through the SDK from the first line it does not.
@@ -315,14 +335,20 @@ async def serve_stdio_fast(store: Any, version: str, catalog: ToolCatalog = CONT
         flow = StdioFlow()
         sink = sink_type(out_fd, flow=flow)
         source = source_type(in_fd, flow=flow, reply=sink.send_line, terminal=os.isatty(in_fd))
-        session = FastSession(store, version, catalog, source, sink)
-        line = await session.run()
-        if line is None:
-            await source.aclose()
-            await sink.aclose()
-            return
-        source.push_back(line)
-        if trace_enabled():
-            _trace(f"handing over to the MCP SDK at the line {line[:200]!r}")
+        await _serve(store, version, catalog, source, sink)
+
+
+async def serve_stream_fast(store: Any, version: str, fd: int, catalog: ToolCatalog = CONTRACT) -> None:
+    """One session over a stream socket `fd` (non-blocking), as `serve_stdio_fast` serves stdio:
+    what the store's owner runs for each relay attached to it (convmem/owner/relay.py), so that a
+    relay's first answer does not wait for the owner to import the SDK (~0.45 s). The same
+    bounds as stdio; the session ends once the peer has shut its side and every request is
+    answered. `catalog` is the attached process's own (its --toolsets), not the owner's."""
+    if sdk_forced():
         stdio = importlib.import_module(".stdio", __package__)
-        await stdio.serve_handed_over(store, version, catalog, source, sink, session.replay, session.initialize_id)
+        await stdio.serve_stream(store, version, fd, catalog)
+        return
+    flow = StdioFlow()
+    sink = PipeLineSink(fd, flow=flow)
+    source = PipeLineSource(fd, flow=flow, reply=sink.send_line)
+    await _serve(store, version, catalog, source, sink)

@@ -18,6 +18,7 @@ import queue
 import shutil
 import subprocess
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +94,8 @@ class Session:
         env.pop("CONVMEM_STDIO_SDK", None)
         if self.sdk:
             env["CONVMEM_STDIO_SDK"] = "1"
-        self.stderr_path = self.data_dir.parent / f"stderr-{'sdk' if self.sdk else 'fast'}-{os.getpid()}.log"
-        self._stderr = open(self.stderr_path, "ab")  # noqa: SIM115 - closed in close()
+        self.stderr_path = self.data_dir.parent / f"stderr-{'sdk' if self.sdk else 'fast'}-{uuid.uuid4().hex[:8]}.log"
+        self._stderr = open(self.stderr_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(convmem_cmd("serve", "--data-dir", str(self.data_dir), *self.args),
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                      env=env, cwd=PACKAGE_ROOT)
@@ -491,3 +492,27 @@ def test_cancelled_call_is_not_answered(tmp_path: Path) -> None:
     finally:
         assert session.close() == 0
     assert "handing over" not in session.stderr()
+
+
+def test_relayed_session_answered_without_sdk(tmp_path: Path) -> None:
+    """A second `convmem serve` on the same store relays to the first (convmem/owner/relay.py);
+    the owner answers the relayed session's first messages without importing the SDK either."""
+    data = tmp_path / "data"
+    owner = Session(data, sdk=False)
+    relay = None
+    try:
+        owner.write(request(1, "initialize", INIT_PARAMS) + b"\n"
+                    + call(2, "write_message", {"session_id": "r", "role": "user", "content": "owned"}) + b"\n")
+        owner.until({1, 2})
+        relay = Session(data, sdk=False)
+        relay.write(request(1, "initialize", INIT_PARAMS) + b"\n" + notify("notifications/initialized") + b"\n"
+                    + call(7, "search_messages", {"query": "owned"}) + b"\n")
+        got = relay.until({1, 7})
+        assert len(json.loads(got[-1]["result"]["content"][0]["text"])["results"]) == 1
+        assert relay.close() == 0
+    finally:
+        assert owner.close() == 0
+    traces = [t for t in owner.stderr().splitlines() if t.startswith("convmem stdio trace:")]
+    assert ("convmem stdio trace: answered tools/call search_messages (id 7) without the SDK; "
+            "mcp imported: False") in traces
+    assert relay is not None and "trace" not in relay.stderr()  # (the relay process serves nothing itself)
