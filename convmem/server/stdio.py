@@ -5,7 +5,8 @@ into the SDK's models (`parse_line`) and writes the SDK transport's exact bytes 
 so that the SDK's low-level server can run over them. `convmem serve` starts a stdio session on the
 SDK-free server (fast.py) and hands the connection over to `serve_handed_over` when the client
 sends something that server does not answer itself; with CONVMEM_STDIO_SDK=1 it runs
-`serve_stdio` from the start. The store's owner runs `serve_stream` for each relay attached to it.
+`serve_stdio` from the start, and the store's owner `serve_stream` for each relay attached to it
+(else fast.serve_stream_fast).
 
 When stdin and stdout are pipes or sockets (what MCP hosts give a server they spawn), the event
 loop reads and writes them itself through non-blocking descriptors. The SDK's `stdio_server`
