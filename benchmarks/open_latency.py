@@ -30,7 +30,9 @@ refuses a store whose owner socket answers), sends initialize, notifications/ini
 tools/call search_messages (limit 20) at once, and times from the spawn to the initialize answer
 and to the search answer (the one a host waits for). Then closes stdin and waits for the exit.
 `--store` may name a directory that does not exist: an empty store (created by the first round,
-removed at the end).
+removed at the end). With --owner-running, a `convmem serve` of the side's checkout owns each
+side's store (a store per side) throughout, and the rounds measure the spawn of a relay to it
+(convmem/owner/relay.py) to its first answer.
 
 `cjk`: one process; after an untimed warm-up, the queries 東, 会 and 東 京 (plus a two-character
 control 東京) interleaved, `repeat` times each, timed around search_messages (limit 20): p50,
@@ -189,7 +191,10 @@ def owner_answers(store: Path) -> bool:
 
 def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None, env: dict[str, str]) -> dict[str, Any]:
     """One host-like spawn (the module docstring): seconds from the spawn to each answer."""
-    if store.is_dir() and owner_answers(store):
+    if args.owner_running:
+        if not owner_answers(store):
+            raise SystemExit(f"the owner of {store} is gone")
+    elif store.is_dir() and owner_answers(store):
         raise SystemExit(f"a process already serves {store}: stop it first (spawn measures the owner's start)")
     prepare_round(args, store)
     msgs = [
@@ -233,11 +238,43 @@ def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None, en
     return {"initialize_s": seen[1], "first_answer_s": seen[2], "hits": hits, "exit": proc.returncode}
 
 
+def start_owner(store: Path, checkout: Path | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A `convmem serve` that owns `store` (its session open, one search answered), for
+    --owner-running: the rounds then measure relays to it."""
+    proc = subprocess.Popen([sys.executable, "-m", "convmem", "serve", "--data-dir", str(store.resolve())],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=child_env(checkout, env), cwd=child_cwd(checkout))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                     b'"capabilities":{},"clientInfo":{"name":"open-latency-owner","version":"1"}}}\n'
+                     b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_messages",'
+                     b'"arguments":{"query":"owner"}}}\n')
+    proc.stdin.flush()
+    while True:
+        answer = proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"the owner of {store} ended (exit {proc.wait()})")
+        if b'"id":2' in answer:
+            return proc
+
+
 def cmd_spawn(args: argparse.Namespace) -> dict[str, Any]:
     created = [s for s in (args.store, args.base_store) if s is not None and not s.exists()]
+    owners: list[subprocess.Popen[bytes]] = []
     try:
-        return paired(args, "spawn", spawn_round, ("initialize_s", "first_answer_s"))
+        if args.owner_running:
+            if args.base_store is not None and args.base_store.resolve() == args.store.resolve():
+                raise SystemExit("--owner-running needs a store per side (one owner each)")
+            owners.append(start_owner(args.store, args.checkout, side_env(args.env)))
+            if args.base_store is not None:
+                owners.append(start_owner(args.base_store, args.base_checkout, side_env(args.base_env)))
+        return paired(args, "spawn-relay" if args.owner_running else "spawn", spawn_round,
+                      ("initialize_s", "first_answer_s"))
     finally:
+        for owner in owners:
+            assert owner.stdin is not None
+            owner.stdin.close()
+            owner.wait(timeout=60)
         for s in created:
             shutil.rmtree(s, ignore_errors=True)
 
@@ -356,6 +393,8 @@ def main() -> None:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--query", default="database migration")
+    p.add_argument("--owner-running", action="store_true",
+                   help="measure relays: a convmem serve owns each side's store during its rounds")
     for name in ("open", "spawn"):
         p = sub.choices[name]
         p.add_argument("--checkout", type=Path, default=None, help="source root to measure (built in place)")
