@@ -38,15 +38,16 @@ def _host_config_snippet(data_dir: Path) -> str:
 
 
 
-def _import_in_background(module: str) -> threading.Thread:
-    """Start importing `module` in a thread. A failure is left for the caller's own import to
+def _import_in_background(*modules: str) -> threading.Thread:
+    """Start importing `modules` in a thread. A failure is left for the caller's own import to
     raise (Python does not keep a module whose import failed)."""
 
     def run() -> None:
-        try:
-            importlib.import_module(module)
-        except Exception:  # re-raised by the caller's own import
-            logger.debug("background import of %s failed", module, exc_info=True)
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # re-raised by the caller's own import
+                logger.debug("background import of %s failed", module, exc_info=True)
 
     thread = threading.Thread(target=run, name="convmem-import", daemon=True)
     thread.start()
@@ -85,7 +86,8 @@ def serve(args: argparse.Namespace) -> int:
     module = args.transport
     if args.transport == "stdio" and not _sdk_stdio():
         module = "fast"
-    importer = _import_in_background(f"convmem.server.{module}")
+    # asyncio (~25 ms) is anyio.run's backend: imported there too rather than after the open.
+    importer = _import_in_background(f"convmem.server.{module}", "asyncio")
     try:
         store = _open_store(data_dir)
     finally:
