@@ -336,6 +336,9 @@ def test_protocol_versions(tmp_path: Path, version: str) -> None:
 @pytest.mark.parametrize("extra", [
     {"capabilities": {"roots": {"listChanged": True}, "sampling": {}, "elicitation": {"form": {}, "url": {}}}},
     {"capabilities": {"experimental": {"x": {}}}, "clientInfo": {"name": "host", "version": "2", "title": "Host"}},
+    {"capabilities": {"sampling": {"context": {}, "tools": {}}, "tasks": {}, "extensions": {}}},
+    {"capabilities": {"roots": {"listChanged": False, "other": {}}, "elicitation": {"listChanged": True}}},
+    {"capabilities": {"unknown": {}}, "clientInfo": {"name": "", "version": ""}},
 ])
 def test_host_initialize_shapes_stay_without_sdk(tmp_path: Path, extra: dict[str, Any]) -> None:
     steps = opening(**extra) + [send(call(2, "search_messages", {"query": "x"}), 2)]
