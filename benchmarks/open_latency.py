@@ -3,7 +3,7 @@
     python benchmarks/open_latency.py open --store DIR [--rounds 7] [--cold] [--query TEXT]
         [--checkout ROOT] [--base-store DIR --base-checkout ROOT]
     python benchmarks/open_latency.py spawn --store DIR [--rounds 7] [--cold] [--query TEXT]
-        [--checkout ROOT] [--base-store DIR --base-checkout ROOT]
+        [--checkout ROOT] [--base-store DIR --base-checkout ROOT] [--env K=V] [--base-env K=V]
     python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
     python benchmarks/open_latency.py writes --store DIR [--count 400]
 
@@ -19,7 +19,10 @@ source checkout built in place) first on PYTHONPATH instead of the installed con
 --base-store and --base-checkout, each round runs the base first and then the measured one (the
 same machine noise for both), and the report adds the base's medians and the ratio new / base.
 Each checkout needs a store of its own format (a store of another format is re-indexed at its
-first open: open each store once with its checkout before measuring).
+first open: open each store once with its checkout before measuring). --env K=V and --base-env
+K=V (repeatable) add environment variables to the measured side's and the base's children: e.g.
+the same checkout against itself with `--base-env CONVMEM_STDIO_SDK=1` (spawn: the MCP SDK's stdio
+server from the first message, against the SDK-free start, server/fast.py).
 
 `spawn`: spawn to first answer over stdio, as a host starts a server for a session: starts
 `python -m convmem serve --data-dir DIR` (no owner process may be running for DIR: the round
@@ -27,7 +30,9 @@ refuses a store whose owner socket answers), sends initialize, notifications/ini
 tools/call search_messages (limit 20) at once, and times from the spawn to the initialize answer
 and to the search answer (the one a host waits for). Then closes stdin and waits for the exit.
 `--store` may name a directory that does not exist: an empty store (created by the first round,
-removed at the end).
+removed at the end). With --owner-running, a `convmem serve` of the side's checkout owns each
+side's store (a store per side) throughout, and the rounds measure the spawn of a relay to it
+(convmem/owner/relay.py) to its first answer.
 
 `cjk`: one process; after an untimed warm-up, the queries 東, 会 and 東 京 (plus a two-character
 control 東京) interleaved, `repeat` times each, timed around search_messages (limit 20): p50,
@@ -102,9 +107,12 @@ def child_cwd(checkout: Path | None) -> str | None:
     return None if checkout is None else str(checkout.resolve())
 
 
-def child_env(checkout: Path | None) -> dict[str, str]:
-    """The environment of a measured child: `checkout` (a source root) first on PYTHONPATH."""
+def child_env(checkout: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a measured child: `checkout` (a source root) first on PYTHONPATH, and
+    `extra` (that side's --env or --base-env)."""
     env = dict(os.environ)
+    env.pop("CONVMEM_STDIO_SDK", None)  # (only as a side asks for it)
+    env.update(extra or {})
     if checkout is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(checkout.resolve()), *filter(None, [env.get("PYTHONPATH")])])
     return env
@@ -118,31 +126,43 @@ def prepare_round(args: argparse.Namespace, store: Path) -> None:
         evict(store)
 
 
-def open_round(args: argparse.Namespace, store: Path, checkout: Path | None) -> dict[str, Any]:
+def open_round(args: argparse.Namespace, store: Path, checkout: Path | None, env: dict[str, str]) -> dict[str, Any]:
     prepare_round(args, store)
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(store.resolve()), args.query], env=child_env(checkout),
+    proc = subprocess.run([sys.executable, "-c", CHILD, str(store.resolve()), args.query], env=child_env(checkout, env),
                           cwd=child_cwd(checkout), capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def side_env(pairs: list[str]) -> dict[str, str]:
+    """--env / --base-env K=V arguments as a dict."""
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--env and --base-env take KEY=VALUE, not {pair!r}")
+        env[key] = value
+    return env
+
+
 def paired(args: argparse.Namespace, what: str, one_round: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    """`rounds` rounds of `one_round(args, store, checkout)`, the base first in each round when
-    one is given; medians per side and the ratio new / base."""
+    """`rounds` rounds of `one_round(args, store, checkout, env)`, the base first in each round
+    when one is given; medians per side and the ratio new / base."""
     if (args.base_store is None) != (args.base_checkout is None):
         raise SystemExit("--base-store and --base-checkout go together")
     rows: list[dict[str, Any]] = []
     base_rows: list[dict[str, Any]] = []
     for _ in range(args.rounds):
         if args.base_store is not None:
-            base_rows.append(one_round(args, args.base_store, args.base_checkout))
-        rows.append(one_round(args, args.store, args.checkout))
+            base_rows.append(one_round(args, args.base_store, args.base_checkout, side_env(args.base_env)))
+        rows.append(one_round(args, args.store, args.checkout, side_env(args.env)))
 
     def medians(rs: list[dict[str, Any]]) -> dict[str, float]:
         return {k: statistics.median(r[k] for r in rs) for k in keys}
 
     mode = "drop_caches" if args.drop_caches else "cold" if args.cold else "warm"
     out: dict[str, Any] = {"what": what, "mode": mode, "store": str(args.store),
-                           "checkout": str(args.checkout or ""), "core": rows[0].get("core"),
+                           "checkout": str(args.checkout or ""), "env": side_env(args.env),
+                           "base_env": side_env(args.base_env), "core": rows[0].get("core"),
                            "rounds": rows, "median": medians(rows)}
     files = {r.get("file") for r in rows} & {r.get("file") for r in base_rows} - {None}
     if files:  # (the base ran the measured code: nothing was compared)
@@ -169,9 +189,12 @@ def owner_answers(store: Path) -> bool:
     return True
 
 
-def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None) -> dict[str, Any]:
+def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None, env: dict[str, str]) -> dict[str, Any]:
     """One host-like spawn (the module docstring): seconds from the spawn to each answer."""
-    if store.is_dir() and owner_answers(store):
+    if args.owner_running:
+        if not owner_answers(store):
+            raise SystemExit(f"the owner of {store} is gone")
+    elif store.is_dir() and owner_answers(store):
         raise SystemExit(f"a process already serves {store}: stop it first (spawn measures the owner's start)")
     prepare_round(args, store)
     msgs = [
@@ -186,7 +209,7 @@ def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None) ->
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "convmem", "serve", "--data-dir", str(store.resolve())],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            env=child_env(checkout), cwd=child_cwd(checkout))
+                            env=child_env(checkout, env), cwd=child_cwd(checkout))
     assert proc.stdin is not None and proc.stdout is not None
     try:
         proc.stdin.write(payload)
@@ -215,11 +238,43 @@ def spawn_round(args: argparse.Namespace, store: Path, checkout: Path | None) ->
     return {"initialize_s": seen[1], "first_answer_s": seen[2], "hits": hits, "exit": proc.returncode}
 
 
+def start_owner(store: Path, checkout: Path | None, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """A `convmem serve` that owns `store` (its session open, one search answered), for
+    --owner-running: the rounds then measure relays to it."""
+    proc = subprocess.Popen([sys.executable, "-m", "convmem", "serve", "--data-dir", str(store.resolve())],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            env=child_env(checkout, env), cwd=child_cwd(checkout))
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+                     b'"capabilities":{},"clientInfo":{"name":"open-latency-owner","version":"1"}}}\n'
+                     b'{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_messages",'
+                     b'"arguments":{"query":"owner"}}}\n')
+    proc.stdin.flush()
+    while True:
+        answer = proc.stdout.readline()
+        if not answer:
+            raise SystemExit(f"the owner of {store} ended (exit {proc.wait()})")
+        if b'"id":2' in answer:
+            return proc
+
+
 def cmd_spawn(args: argparse.Namespace) -> dict[str, Any]:
     created = [s for s in (args.store, args.base_store) if s is not None and not s.exists()]
+    owners: list[subprocess.Popen[bytes]] = []
     try:
-        return paired(args, "spawn", spawn_round, ("initialize_s", "first_answer_s"))
+        if args.owner_running:
+            if args.base_store is not None and args.base_store.resolve() == args.store.resolve():
+                raise SystemExit("--owner-running needs a store per side (one owner each)")
+            owners.append(start_owner(args.store, args.checkout, side_env(args.env)))
+            if args.base_store is not None:
+                owners.append(start_owner(args.base_store, args.base_checkout, side_env(args.base_env)))
+        return paired(args, "spawn-relay" if args.owner_running else "spawn", spawn_round,
+                      ("initialize_s", "first_answer_s"))
     finally:
+        for owner in owners:
+            assert owner.stdin is not None
+            owner.stdin.close()
+            owner.wait(timeout=60)
         for s in created:
             shutil.rmtree(s, ignore_errors=True)
 
@@ -338,11 +393,15 @@ def main() -> None:
     p.add_argument("--cold", action="store_true")
     p.add_argument("--drop-caches", action="store_true")
     p.add_argument("--query", default="database migration")
+    p.add_argument("--owner-running", action="store_true",
+                   help="measure relays: a convmem serve owns each side's store during its rounds")
     for name in ("open", "spawn"):
         p = sub.choices[name]
         p.add_argument("--checkout", type=Path, default=None, help="source root to measure (built in place)")
         p.add_argument("--base-store", type=Path, default=None)
         p.add_argument("--base-checkout", type=Path, default=None)
+        p.add_argument("--env", action="append", default=[], metavar="K=V", help="for the measured side's children")
+        p.add_argument("--base-env", action="append", default=[], metavar="K=V", help="for the base's children")
     p = sub.add_parser("cjk")
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--repeat", type=int, default=300)

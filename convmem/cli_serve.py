@@ -38,15 +38,16 @@ def _host_config_snippet(data_dir: Path) -> str:
 
 
 
-def _import_in_background(module: str) -> threading.Thread:
-    """Start importing `module` in a thread. A failure is left for the caller's own import to
+def _import_in_background(*modules: str) -> threading.Thread:
+    """Start importing `modules` in a thread. A failure is left for the caller's own import to
     raise (Python does not keep a module whose import failed)."""
 
     def run() -> None:
-        try:
-            importlib.import_module(module)
-        except Exception:  # re-raised by the caller's own import
-            logger.debug("background import of %s failed", module, exc_info=True)
+        for module in modules:
+            try:
+                importlib.import_module(module)
+            except Exception:  # re-raised by the caller's own import
+                logger.debug("background import of %s failed", module, exc_info=True)
 
     thread = threading.Thread(target=run, name="convmem-import", daemon=True)
     thread.start()
@@ -78,9 +79,15 @@ def serve(args: argparse.Namespace) -> int:
         relayed = _relay_stdio(data_dir, toolsets)
         if relayed is not None:
             return relayed
-    # Importing the MCP SDK takes ~0.5 s and opening a large store a second or more, mostly in
-    # code that releases the GIL (file reads, numpy), so doing both at once shortens the cold start.
-    importer = _import_in_background(f"convmem.server.{args.transport}")
+    # The server's modules load while the store opens (mostly code that releases the GIL: file
+    # reads, numpy). Over stdio that is the SDK-free server (server/fast.py: importing the MCP SDK
+    # alone takes ~0.45 s, longer than opening a million messages); the SDK is imported only if
+    # the session needs it, or from the start with CONVMEM_STDIO_SDK=1.
+    module = args.transport
+    if args.transport == "stdio" and not _sdk_stdio():
+        module = "fast"
+    # asyncio (~25 ms) is anyio.run's backend: imported there too rather than after the open.
+    importer = _import_in_background(f"convmem.server.{module}", "asyncio")
     try:
         store = _open_store(data_dir)
     finally:
@@ -122,6 +129,12 @@ def serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _sdk_stdio() -> bool:
+    """Whether stdio sessions run on the MCP SDK's server from their first message
+    (CONVMEM_STDIO_SDK=1; see convmem/server/fast.py, which reads it for relayed sessions)."""
+    return os.environ.get("CONVMEM_STDIO_SDK") == "1"
+
+
 def _signal_status(sig: int | None) -> int:
     """A server's exit status, the same for both transports: 0 when stopped by SIGTERM (a host
     or a service manager ending it) or by end of input, 130 after Ctrl-C (SIGINT)."""
@@ -157,7 +170,10 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
     """Serve until stdin closes (returns 0) or SIGTERM/SIGINT (returns the signal's number)."""
     import anyio
 
-    from convmem.server import serve_stdio
+    if _sdk_stdio():
+        from convmem.server import serve_stdio as serve_session
+    else:  # (not a name of convmem.server.stdio: importing that module imports the SDK)
+        from convmem.server import serve_stdio_fast as serve_session
 
     if sys.stdin.isatty():
         sys.stderr.write(
@@ -182,7 +198,7 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
 
     def run() -> None:
         try:
-            anyio.run(serve_stdio, store, version, catalog)
+            anyio.run(serve_session, store, version, catalog)
         except BaseException as exc:  # re-raised in the main thread
             failure.append(exc)
 

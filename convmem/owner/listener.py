@@ -127,7 +127,7 @@ class OwnerListener:
         import anyio
 
         from .. import __version__
-        from ..server.stdio import serve_stream
+        from ..server.fast import serve_stream_fast as serve_stream  # (the SDK only if the session needs it)
 
         conn.setblocking(False)
         try:

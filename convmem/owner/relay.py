@@ -14,7 +14,7 @@ tools/call, the tool's name), which is what a takeover needs. When the owner end
 - any other request in flight (a read tool, tools/list, ping, ...) is sent again;
 - a request not sent yet is sent to the new owner;
 - the relay reconnects to whichever process now owns the store, or becomes the owner itself (it
-  then imports the store and the SDK and runs the session in this process over a socket pair);
+  then imports the store and runs the session in this process over a socket pair);
 - the host's `initialize` request and `notifications/initialized` are replayed to the new session
   first (the replayed initialize's answer is dropped), so the host notices nothing beyond the one
   call in flight.
@@ -331,7 +331,7 @@ class Relay:
     def _local_session(self, store: Any) -> socket.socket:
         import anyio
 
-        from ..server.stdio import serve_stream
+        from ..server.fast import serve_stream_fast as serve_stream  # (the SDK only if the session needs it)
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         theirs.setblocking(False)

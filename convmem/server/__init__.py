@@ -2,7 +2,7 @@
 
 The names below are imported when first asked for (PEP 562): a stdio server, which a host spawns
 for every session, then never imports the HTTP stack (uvicorn, starlette, h11) before its first
-answer."""
+answer, nor the MCP SDK when the session stays on what server/fast.py answers."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +13,7 @@ _WHERE = {
     "InsecureBindError": "http", "build_http_app": "http", "check_bind": "http",
     "is_loopback": "http", "serve_http": "http",
     "build_sse_app": "sse", "serve_sse": "sse",
-    "serve_stdio": "stdio",
+    "serve_stdio": "stdio", "serve_stdio_fast": "fast",
     "StaticTokenVerifier": "tokens", "Token": "tokens", "TokensFileError": "tokens",
     "load_tokens": "tokens", "parse_tokens": "tokens",
 }
