@@ -9,6 +9,7 @@ cdef class IdMap:
     cdef Py_ssize_t capacity   # a power of two, at least 2 * n
     cdef bint table_owned      # False: a borrowed read-only table (copied before a change)
     cdef object _keep          # what borrowed memory belongs to (the snapshot's views)
+    cdef list _shared          # the keys' memory while a frozen snapshot views it (shared.pyx)
     cdef int _own_table(self) except -1
     cdef int _grow_table(self) except -1
     cdef Py_ssize_t _find(self, const uint8_t* key) noexcept nogil

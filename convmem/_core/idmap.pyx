@@ -9,6 +9,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
+from convmem._core.shared cimport release_shared, share_garr
 from convmem._core._common cimport (GArr, garr_bytes, garr_free, garr_init, garr_reserve,
                                     load_u64_be, mix64)
 
@@ -39,6 +40,7 @@ cdef class IdMap:
         self.capacity = cap
         self.table_owned = True
         self.n = 0
+        self._shared = []
 
     def __dealloc__(self):
         if self.table_owned:
@@ -135,13 +137,21 @@ cdef class IdMap:
             raise IndexError("slot out of range")
         return (<char*>_key(&self.keys, slot))[:16]
 
-    def keys_array(self):
-        """A copy of the ids in slot order, as an (n, 16) uint8 array."""
+    def keys_array(self, bint share=False):
+        """The ids in slot order, as an (n, 16) uint8 array: a copy, or with `share` a read-only
+        view of their memory for a background snapshot (shared.pyx: ids only grow; until
+        release_frozen, growing copies them instead of reallocating)."""
+        if share:
+            return share_garr(&self.keys, np.uint8, (self.n, 16), self._shared)
         out = np.empty((self.n, 16), dtype=np.uint8)
         cdef uint8_t[:, ::1] view = out
         if self.n:
             memcpy(&view[0, 0], self.keys.data, self.n * 16)
         return out
+
+    def release_frozen(self) -> None:
+        """The ids a keys_array(share=True) handed out are no longer viewed (shared.pyx)."""
+        release_shared(self._shared)
 
     def table_array(self):
         """A copy of the hash table (int32), for snapshots."""

@@ -37,10 +37,8 @@ index holds the index's own lock, so threads may share an index (one operation a
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
-from cpython.ref cimport Py_REFCNT
 from libc.math cimport log
-from libc.stdint cimport (INT64_MAX, INT64_MIN, int32_t, int64_t, intptr_t, uint8_t, uint32_t,
-                          uint64_t)
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
@@ -48,6 +46,7 @@ import threading
 
 import numpy as np
 
+from convmem._core.shared cimport release_shared, share_garr
 from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_worker_alive, cm_worker_free,
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
                                     garr_own, garr_reserve, mix64)
@@ -84,16 +83,6 @@ cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
     a.owned = False
     keep.append(arr)
     return 0
-
-
-cdef class _SharedBlock:
-    """Memory a GArr handed to a frozen snapshot (SearchIndex.freeze): the frozen arrays view
-    it; it is freed with the last of them, unless release_frozen hands it back to the GArr."""
-    cdef char* p
-
-    def __dealloc__(self):
-        if self.p != NULL:
-            PyMem_RawFree(self.p)
 
 
 cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
@@ -1211,7 +1200,7 @@ cdef class SearchIndex:
     cdef dict _doc_arrays(self, bint share=False):
         """to_arrays without the postings: copies; with `share`, the columns that only grow
         (nothing below their length changes: per-doc values set once, term keys) are instead
-        views of their memory, handed to a _SharedBlock (_share): the index goes on appending
+        views of their memory (shared.share_garr): the index goes on appending
         past them and copies only if it must grow meanwhile. The columns changed in place
         (doc flags, document frequencies, the term table) are copied."""
         cdef int64_t n = self._n_docs, T = self._t_keys.len
@@ -1236,25 +1225,10 @@ cdef class SearchIndex:
         return out
 
     cdef object _column(self, GArr* a, object dtype, tuple shape, bint share):
-        """A copy of the GArr's elements, or with `share` a read-only view of them (_share)."""
-        cdef _SharedBlock blk = None
-        cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
-        if not share or nbytes == 0 or not (a.owned or a.shared):
-            return garr_to_numpy(a, dtype, shape)  # (borrowed from a mapped snapshot: copied)
-        for addr, b in self._shared:
-            if <GArr*><intptr_t>addr == a and (<_SharedBlock>b).p == a.data:
-                blk = <_SharedBlock>b  # (frozen again before a release: the same block)
-        if blk is None:
-            CM_ASSERT(a.owned)
-            blk = _SharedBlock.__new__(_SharedBlock)
-            blk.p = a.data
-            a.owned = False
-            a.shared = True
-            self._shared.append((<intptr_t>a, blk))
-        raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>a.data)
-        cnp.set_array_base(raw, blk)
-        raw.flags.writeable = False
-        return raw.view(dtype).reshape(shape)
+        """A copy of the GArr's elements, or with `share` a read-only view of them (shared.pyx)."""
+        if share:
+            return share_garr(a, dtype, shape, self._shared)
+        return garr_to_numpy(a, dtype, shape)
 
     @property
     def shared_columns(self) -> int:
@@ -1262,25 +1236,10 @@ cdef class SearchIndex:
         return len(self._shared)
 
     def release_frozen(self) -> None:
-        """The arrays of the last freeze() are gone (their snapshot is written): a column that
-        still uses its shared memory takes it back (no copy on a later change); one that
-        grew away from it leaves it to be freed with the last view."""
-        cdef GArr* a
-        cdef _SharedBlock blk
+        """The arrays of the last freeze() are gone (their snapshot is written): the columns
+        take their shared memory back (shared.release_shared)."""
         with self._lock:
-            kept = []
-            for addr, b in self._shared:
-                a = <GArr*><intptr_t>addr
-                blk = <_SharedBlock>b
-                if not (a.shared and a.data == blk.p):
-                    continue  # (the column moved on: the block is the views' alone)
-                if Py_REFCNT(blk) > 3:  # (the list's tuple, b, blk: a view is still alive)
-                    kept.append((addr, blk))
-                    continue
-                blk.p = NULL
-                a.owned = True
-                a.shared = False
-            self._shared = kept
+            release_shared(self._shared)
 
     @classmethod
     def from_arrays(cls, arrays, k1: float = 1.2, weights=(1.0, 1.5, 2.0),

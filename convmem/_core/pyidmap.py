@@ -41,8 +41,12 @@ class IdMap:
             raise IndexError("slot out of range")
         return self._keys[slot]
 
-    def keys_array(self) -> np.ndarray:
+    def keys_array(self, share: bool = False) -> np.ndarray:
+        """A copy (the compiled IdMap may share its memory instead: the same values)."""
         return np.frombuffer(b"".join(self._keys), dtype=np.uint8).reshape(-1, 16).copy()
+
+    def release_frozen(self) -> None:
+        """The compiled IdMap takes shared memory back here; this one shares none."""
 
     def table_array(self) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)  # the twin has no table; from_arrays rebuilds

@@ -362,6 +362,7 @@ class Catalog:
             col.release()
         self.sessions.release()
         self.index.release_frozen()
+        self.ids.release_frozen()
 
     def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                        Callable[[], dict[str, np.ndarray]]]:
@@ -378,7 +379,7 @@ class Catalog:
         }
         meta["recall_tagsets"], recall_arrays = self.recall.sections()
         arrays = {
-            "slot_ulid": self.ids.keys_array(),
+            "slot_ulid": self.ids.keys_array(share=True),
             "id_table": self.ids.table_array(),
             "slot_doc": self.slot_doc.frozen(),
             "slot_session": self.slot_session.frozen(),

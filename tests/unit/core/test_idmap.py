@@ -76,3 +76,30 @@ def test_nbytes_counts_capacity():
     for _ in range(5000):
         m.add(os.urandom(16))
     assert m.nbytes > before and m.nbytes >= 5000 * (16 + 8)
+
+
+def test_shared_keys_stay_as_they_were_until_released():
+    """keys_array(share=True) views the ids' own memory (a background snapshot's slot_ulid):
+    adds past the capacity leave the view unchanged, release keeps the memory while a view
+    lives, and the map keeps working throughout."""
+    import importlib
+
+    compiled = importlib.import_module("convmem._core.idmap")
+    m = compiled.IdMap(16)
+    ids = [bytes([i % 256, i // 256]) + bytes(14) for i in range(40)]
+    for k in ids[:20]:
+        m.add(k)
+    view = m.keys_array(share=True)
+    assert not view.flags.writeable and view.tobytes() == b"".join(ids[:20])
+    for k in ids[20:]:  # past the capacity: the ids are copied, the view keeps its memory
+        m.add(k)
+    m.release_frozen()
+    assert view.tobytes() == b"".join(ids[:20])
+    assert [m.get(k) for k in ids] == list(range(40))
+    del view
+    again = m.keys_array(share=True)
+    ref = again.tobytes()
+    del again
+    m.release_frozen()  # no view left: the memory is the map's again
+    m.add(bytes(15) + b"\x01")
+    assert m.keys_array().tobytes() == ref + bytes(15) + b"\x01"

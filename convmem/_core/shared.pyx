@@ -1,0 +1,82 @@
+"""A GArr's memory shared with a frozen snapshot, without a copy (GArr.shared, _common.pxd).
+
+A background snapshot takes the state under the store's mutex; the columns that only grow (the
+index's per-doc values set once and term keys, the id map's ids) are handed over as read-only
+numpy views of their own memory: the block becomes a SharedBlock's, which the views hold, the
+GArr goes on appending past their end (growing copies rather than reallocates; a change in
+place copies first, garr_own), and release_shared gives the memory back to the GArr once no
+view of it is left. Its users (index.pyx, idmap.pyx) keep one registry list each.
+"""
+cimport numpy as cnp
+from cpython.mem cimport PyMem_RawFree
+from cpython.ref cimport Py_REFCNT
+from libc.stdint cimport intptr_t
+
+import numpy as np
+
+from convmem._core._common cimport CM_ASSERT
+
+cnp.import_array()
+
+
+cdef class SharedBlock:
+    """Memory a GArr handed to frozen arrays: freed with the last of them, unless
+    release_shared hands it back to the GArr first."""
+
+    def __dealloc__(self):
+        if self.p != NULL:
+            PyMem_RawFree(self.p)
+
+
+cdef object _copy(const GArr* a, object dtype, tuple shape):
+    out = np.empty(shape, dtype=dtype)
+    cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
+    if nbytes:
+        memview = out.reshape(-1).view(np.uint8)
+        memview[:] = np.frombuffer((<char*>a.data)[:nbytes], dtype=np.uint8)
+    return out
+
+
+cdef object share_garr(GArr* a, object dtype, tuple shape, list registry):
+    """The GArr's elements as a read-only view of its memory (see the module docstring); a
+    copy when its memory is borrowed (a mapped snapshot's: not the GArr's to give) or empty."""
+    cdef SharedBlock blk = None
+    cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
+    if nbytes == 0 or not (a.owned or a.shared):
+        return _copy(a, dtype, shape)
+    for addr, b in registry:
+        if <GArr*><intptr_t>addr == a and (<SharedBlock>b).p == a.data:
+            blk = <SharedBlock>b  # (frozen again before a release: the same block)
+    if blk is None:
+        CM_ASSERT(a.owned)
+        blk = SharedBlock.__new__(SharedBlock)
+        blk.p = a.data
+        a.owned = False
+        a.shared = True
+        registry.append((<intptr_t>a, blk))
+    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>a.data)
+    cnp.set_array_base(raw, blk)
+    raw.flags.writeable = False
+    return raw.view(dtype).reshape(shape)
+
+
+cdef int release_shared(list registry) except -1:
+    """The frozen arrays are gone (their snapshot is written): a GArr that still uses its shared
+    memory takes it back (no copy on a later change); one that grew away from it leaves it to
+    be freed with the last view. A block a view still holds stays shared."""
+    cdef GArr* a
+    cdef SharedBlock blk
+    kept = []
+    for addr, b in registry:
+        a = <GArr*><intptr_t>addr
+        blk = <SharedBlock>b
+        if not (a.shared and a.data == blk.p):
+            continue  # (the GArr moved on: the block is the views' alone)
+        if Py_REFCNT(blk) > 3:  # (the registry's tuple, b, blk: a view is still alive)
+            kept.append((addr, blk))
+            continue
+        blk.p = NULL
+        a.owned = True
+        a.shared = False
+    registry[:] = kept
+    return 0
