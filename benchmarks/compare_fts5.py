@@ -35,7 +35,6 @@ import argparse
 import gc
 import importlib.util
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -55,6 +54,7 @@ import _paths  # noqa: E402,F401  (corpus.py and convmem on the path)
 
 import _results  # noqa: E402
 import corpus  # noqa: E402  (benchmarks/corpus.py)
+from open_latency import evict  # noqa: E402  (the page cache of a store's files dropped)
 
 RESULTS_DIR = _results.RESULTS_DIR
 K = 20
@@ -441,18 +441,6 @@ def worker_rebuild(store_dir: Path) -> dict[str, Any]:
            "rebuild_rss_peak_before_kb": rss0}
     store.close()
     return out
-
-
-def evict(store_dir: Path) -> None:
-    """Drop the page cache of every file of a store (fsync, then POSIX_FADV_DONTNEED)."""
-    for path in store_dir.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def run_worker(*args: str) -> dict[str, Any]:
