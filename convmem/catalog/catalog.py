@@ -469,8 +469,12 @@ class Catalog:
             session_map[s.num] = i
         meta = _versions_meta(sessions)
         meta["recall_tagsets"], recall_arrays = self.recall.sections(live_slots)
+        live_ids = self.ids.keys_array()[live_slots]
         arrays = {
-            "slot_ulid": self.ids.keys_array()[live_slots],
+            "slot_ulid": live_ids,
+            # The renumbered ids' hash table, stored: without it every open rebuilt it (982 ms
+            # of a 10M store's 1.3 s open after rebuild_index).
+            "id_table": idmap.IdMap.from_arrays(live_ids).table_array(),
             "slot_doc": new_docs.astype(np.int32),
             "slot_session": session_map[self.slot_session.data[live_slots]].astype(np.int32),
             "slot_ts": self.slot_ts.data[live_slots],

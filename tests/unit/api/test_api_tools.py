@@ -624,3 +624,28 @@ def test_an_oversized_metadata_value_is_refused_by_the_field_at_fault(store):
     with pytest.raises(ConvMemError) as err:
         store.write_message(session_id="s1", role="user", content="x", metadata_json=meta)
     assert err.value.code == "VALIDATION_ERROR" and "summary must be at most 4096" in err.value.message
+
+
+def test_rebuild_stores_the_ids_hash_table(store_dir):
+    """rebuild_index's snapshot holds the renumbered ids' hash table, so an open does not build
+    it again (at 10M messages that was 982 ms of a 1.3 s open); every id is found through it."""
+    import numpy as np
+
+    from convmem._core import PURE
+    from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
+
+    with MemoryStore.open(store_dir) as s:
+        ids = [write(s, f"message {i}")["message_id"] for i in range(50)]
+        for gone in ids[:10]:
+            s.delete_message(message_id=gone)
+        s.rebuild_index()
+    _, arrays = read_snapshot(store_dir / SNAPSHOT_NAME)
+    table = arrays["id_table"]
+    if not PURE:  # (the twin's id map has no table to store)
+        assert len(table) >= 2 * 40 and int(np.count_nonzero(table >= 0)) == 40
+    with MemoryStore.open(store_dir) as s:
+        for i, mid in enumerate(ids[10:], start=10):
+            got = s.read_messages(view="content", message_id=mid)["content_range"]
+            assert got["message_id"] == mid and got["content"] == f"message {i}"
+        with pytest.raises(ConvMemError, match="NOT_FOUND"):
+            s.read_messages(view="content", message_id=ids[0])
