@@ -45,13 +45,16 @@ class Session:
         were most of loading the sessions (167 -> 102 ms for 98k sessions, a 10M store's)."""
         if name not in ("ts", "slots", "kind_counts"):
             raise AttributeError(name)
-        offsets, hist_ts, hist_slots, counts = object.__getattribute__(self, "_loaded")._loaded
+        index = object.__getattribute__(self, "_loaded")
+        offsets, hist_ts, hist_slots, counts = index._loaded
         if name == "kind_counts":
             self.kind_counts = counts[self.num].tolist()
+            index._bytes += _sizeof(self.kind_counts)  # (load counted what existed then)
             return self.kind_counts
         a, b = offsets[self.num], offsets[self.num + 1]
         self.ts = hist_ts[a:b]
         self.slots = hist_slots[a:b]
+        index._bytes += _sizeof(self.ts) + _sizeof(self.slots)  # (their data: counted by load)
         return self.ts if name == "ts" else self.slots
 
     @property
@@ -230,13 +233,12 @@ class SessionIndex:
             by_num.append(s)
             live += s.n > 0
         self.live_sessions += live
-        if by_num:  # Session.nbytes of each, summed without a call per session
-            one = by_num[0]
-            fixed = _sizeof(one) + _sizeof(one.ts) + _sizeof(one.slots) + _sizeof(one.kind_counts)
-            # and the views' data (_array_bytes): together exactly the histories' entries
+        if by_num:  # what Session.nbytes counts of each, summed without a call per session:
+            # the objects and names, and the histories' entries (the views' data, mapped); the
+            # views and count lists are counted when made (Session.__getattr__)
             entries = offsets[len(names)]
             data = entries * (hist_ts.itemsize + hist_slots.itemsize)
-            self._bytes += fixed * len(names) + sum(map(_sizeof, names)) + data
+            self._bytes += _sizeof(by_num[0]) * len(names) + sum(map(_sizeof, names)) + data
         self._order = None
 
     # -- queries ---------------------------------------------------------------------------
