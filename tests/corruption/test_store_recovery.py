@@ -18,6 +18,8 @@ import numpy as np
 import orjson
 import pytest
 
+from snapshot_helpers import as_format_2
+
 from convmem import ConvMemError, MemoryStore
 from convmem._core import PURE, codec
 from convmem.store.snapshot import read_snapshot, xxh3
@@ -459,7 +461,6 @@ def test_damaged_posting_list_found_on_first_use_rebuilds_from_the_log(tmp_path)
 def test_a_format_2_snapshot_opens_without_re_indexing_and_is_replaced_by_format_3(tmp_path, caplog):
     """Format 3 changed only the section checksum (crc32 -> XXH3): an existing store keeps its
     snapshot at the first open after the upgrade, and the next snapshot is format 3."""
-    from tests.unit.store.test_snapshot_and_io import as_format_2
     ids = make_store(tmp_path, n=5, keep_snapshot=True)
     as_format_2(tmp_path / SNAP)
     caplog.set_level("DEBUG", logger="convmem")

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
+from snapshot_helpers import as_format_2
 
 from convmem.store import io as store_io
 from convmem.store.io import IoCounters, write_file_atomically
@@ -54,24 +55,6 @@ def test_each_damage_is_a_snapshot_error(tmp_path, where, reason):
     _flip(path, where if where >= 0 else path.stat().st_size + where)
     with pytest.raises(SnapshotError, match=reason):
         read_snapshot(path)
-
-
-def as_format_2(path: Path) -> None:
-    """Rewrite a snapshot as format 2 wrote it: crc32 section checksums under "crc"."""
-    data = bytearray(path.read_bytes())
-    _, _, meta_len, _, _ = struct.unpack_from("<8sIIII", data, 0)
-    meta = orjson.loads(bytes(data[24:24 + meta_len]))
-    for sec in meta["sections"]:
-        body = bytes(data[sec["offset"]:sec["offset"] + sec["nbytes"]])
-        assert sec.pop("xxh3") == xxh3(body)
-        sec["crc"] = zlib.crc32(body)
-    new = orjson.dumps(meta)
-    assert len(new) <= meta_len  # crc32s are shorter: the sections stay where they are
-    new = new.ljust(meta_len)
-    head = b"CVMEMSNP" + struct.pack("<III", 2, meta_len, zlib.crc32(new))
-    data[:24] = head + struct.pack("<I", zlib.crc32(head))
-    data[24:24 + meta_len] = new
-    path.write_bytes(bytes(data))
 
 
 def test_sections_are_checksummed_with_xxh3_in_format_3(tmp_path):
