@@ -155,23 +155,7 @@ def answered_key(item: SessionMessage) -> Any:
     return None
 
 
-class _ReadStreamProtocol(_ClosingStream):
-    """The async-iterator protocol of an anyio receive stream, over the subclass's `receive`."""
-
-    async def receive(self) -> SessionMessage | Exception:
-        raise NotImplementedError
-
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-
-class LineReadStream(_ReadStreamProtocol):
+class LineReadStream(_ClosingStream):
     """The SDK's messages from a `LineSource`: each line parsed by `parse_line`. A line that is
     not a message is answered (lines.LineSource.answer_unreadable) and skipped, where the SDK
     would log it and drop it, leaving its client waiting forever."""
@@ -192,6 +176,15 @@ class LineReadStream(_ReadStreamProtocol):
                 continue
             note_received(self.source.flow, item)
             return item
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
         await self.source.aclose()
