@@ -381,27 +381,21 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("open")
-    p.add_argument("--store", type=Path, required=True)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--cold", action="store_true")
-    p.add_argument("--drop-caches", action="store_true")
-    p.add_argument("--query", default="database migration")
-    p = sub.add_parser("spawn")
-    p.add_argument("--store", type=Path, required=True)
-    p.add_argument("--rounds", type=int, default=7)
-    p.add_argument("--cold", action="store_true")
-    p.add_argument("--drop-caches", action="store_true")
-    p.add_argument("--query", default="database migration")
-    p.add_argument("--owner-running", action="store_true",
-                   help="measure relays: a convmem serve owns each side's store during its rounds")
-    for name in ("open", "spawn"):
-        p = sub.choices[name]
+    for mode in ("open", "spawn"):
+        p = sub.add_parser(mode)
+        p.add_argument("--store", type=Path, required=True)
+        p.add_argument("--rounds", type=int, default=7)
+        p.add_argument("--cold", action="store_true")
+        p.add_argument("--drop-caches", action="store_true")
+        p.add_argument("--query", default="database migration")
         p.add_argument("--checkout", type=Path, default=None, help="source root to measure (built in place)")
         p.add_argument("--base-store", type=Path, default=None)
         p.add_argument("--base-checkout", type=Path, default=None)
         p.add_argument("--env", action="append", default=[], metavar="K=V", help="for the measured side's children")
         p.add_argument("--base-env", action="append", default=[], metavar="K=V", help="for the base's children")
+    sub.choices["spawn"].add_argument(
+        "--owner-running", action="store_true",
+        help="measure relays: a convmem serve owns each side's store during its rounds")
     p = sub.add_parser("cjk")
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--repeat", type=int, default=300)

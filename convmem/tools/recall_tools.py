@@ -2,10 +2,10 @@
 input schemas. Listed only with `--toolsets recall` (or `all`)."""
 from __future__ import annotations
 
-from ..domain import (BUDGET_TOKENS, LIST_TAGS_LIMIT, MAX_CONTENT_BYTES, MAX_QUERY_BYTES,
+from ..domain import (BUDGET_TOKENS, LIST_TAGS_LIMIT, MAX_CONTENT_BYTES,
                       MIN_IMPORTANCE, RECALL_LIMIT, RECALL_NEIGHBOURS, RECALL_RELATION_DEPTH,
                       ROLES)
-from .schemas import _METADATA_JSON, _SESSION_ID, ToolSpec, _integer, _object, _string
+from .schemas import _METADATA_JSON, _QUERY, _SESSION_ID, ToolSpec, _integer, _object, _string
 
 _BUDGET = _integer("Token budget of the answer (estimated: ~4 UTF-8 bytes per token, one per CJK "
                    "character).", BUDGET_TOKENS[0], BUDGET_TOKENS[1])
@@ -22,8 +22,7 @@ RECALL_TOOL_SPECS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "query": _string(f"Search text, 1-{MAX_QUERY_BYTES} UTF-8 bytes.", minLength=1,
-                                 maxLength=MAX_QUERY_BYTES),
+                "query": _QUERY,
                 "budget_tokens": _BUDGET,
                 "session_id": _SESSION_ID,
                 "filters_json": _string("Filter object as a JSON string, as search_messages takes. "

@@ -98,6 +98,8 @@ def filters_description() -> str:
             f"{orjson.dumps(example).decode()}.")
 
 
+_QUERY = _string(f"Search text, 1-{MAX_QUERY_BYTES} UTF-8 bytes.", minLength=1,
+                 maxLength=MAX_QUERY_BYTES)
 _SESSION_ID = _string(f"Conversation/session identifier, 1-{MAX_SESSION_BYTES} UTF-8 bytes.",
                       minLength=1, maxLength=MAX_SESSION_BYTES)
 _METADATA_JSON = _string(
@@ -210,8 +212,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         ),
         input_schema=_object(
             {
-                "query": _string(f"Search text, 1-{MAX_QUERY_BYTES} UTF-8 bytes.", minLength=1,
-                                 maxLength=MAX_QUERY_BYTES),
+                "query": _QUERY,
                 "session_id": _SESSION_ID,
                 "filters_json": _string(filters_description()),
                 "min_importance": _integer("Only messages with at least this importance (inclusive).",
