@@ -356,13 +356,17 @@ class Catalog:
     def release_frozen(self) -> None:
         """The sections of the last snapshot_state or freeze_state are written and dropped:
         the columns may change in place again without a copy."""
-        for col in (self.slot_doc, self.slot_session, self.slot_ts, self.doc_offset, self.doc_len,
-                    self.doc_slot, self.doc_kind, self.doc_flags, *self.recall.columns(),
-                    *self.trash.columns()):
+        for col in (*self._columns().values(), *self.recall.columns(), *self.trash.columns()):
             col.release()
         self.sessions.release()
         self.index.release_frozen()
         self.ids.release_frozen()
+
+    def _columns(self) -> dict[str, Column]:
+        """The catalog's own columns, by their snapshot section names."""
+        return {"slot_doc": self.slot_doc, "slot_session": self.slot_session,
+                "slot_ts": self.slot_ts, "doc_offset": self.doc_offset, "doc_len": self.doc_len,
+                "doc_slot": self.doc_slot, "doc_kind": self.doc_kind, "doc_flags": self.doc_flags}
 
     def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                        Callable[[], dict[str, np.ndarray]]]:
@@ -381,14 +385,7 @@ class Catalog:
         arrays = {
             "slot_ulid": self.ids.keys_array(share=True),
             "id_table": self.ids.table_array(),
-            "slot_doc": self.slot_doc.frozen(),
-            "slot_session": self.slot_session.frozen(),
-            "slot_ts": self.slot_ts.frozen(),
-            "doc_offset": self.doc_offset.frozen(),
-            "doc_len": self.doc_len.frozen(),
-            "doc_slot": self.doc_slot.frozen(),
-            "doc_kind": self.doc_kind.frozen(),
-            "doc_flags": self.doc_flags.frozen(),
+            **{name: col.frozen() for name, col in self._columns().items()},
             **self.relations.arrays(),
             **recall_arrays,
             **self.trash.arrays(),
@@ -411,14 +408,8 @@ class Catalog:
                       arrays: dict[str, np.ndarray]) -> "Catalog":
         """The state a snapshot holds (its sections are validated as they are adopted)."""
         cat = cls(read_record)
-        cat.slot_doc = Column.from_array(arrays["slot_doc"])
-        cat.slot_session = Column.from_array(arrays["slot_session"])
-        cat.slot_ts = Column.from_array(arrays["slot_ts"])
-        cat.doc_offset = Column.from_array(arrays["doc_offset"])
-        cat.doc_len = Column.from_array(arrays["doc_len"])
-        cat.doc_slot = Column.from_array(arrays["doc_slot"])
-        cat.doc_kind = Column.from_array(arrays["doc_kind"])
-        cat.doc_flags = Column.from_array(arrays["doc_flags"])
+        for name in cat._columns():
+            setattr(cat, name, Column.from_array(arrays[name]))
         table = arrays.get("id_table")
         cat.ids = idmap.IdMap.from_arrays(arrays["slot_ulid"],
                                           table if table is not None and len(table) else None)
