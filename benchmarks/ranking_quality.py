@@ -96,9 +96,9 @@ def dataset(lang: str) -> tuple[list[str], list[tuple[str, int]]]:
 class ConvmemEngine:
     def __init__(self, docs: list[str], workdir: Path, ablate: str = "", b: float | None = None,
                  weights: tuple[float, float, float] | None = None,
-                 k1: float | None = None) -> None:
+                 k1: float | None = None, lead: float | None = None) -> None:
         from convmem import MemoryStore
-        _configure(ablate, b, weights, k1)
+        _configure(ablate, b, weights, k1, lead)
         self.store = MemoryStore.open(workdir / "convmem")
         items = [{"session_id": "doc", "role": "assistant", "content": d} for d in docs]
         self.store.import_messages(items, batch_size=1000)
@@ -145,19 +145,26 @@ class Fts5Engine:
 
 # -- convmem configuration for ablations (benchmark only) ---------------------------------------
 def _configure(ablate: str, b: float | None, weights: tuple[float, float, float] | None,
-               k1: float | None = None) -> None:
+               k1: float | None = None, lead: float | None = None) -> None:
     from convmem._core import index as core_index
     from convmem._core import tokenizer as real
     from convmem.api import store as store_module
     from convmem.catalog import catalog as catalog_module
     from convmem.catalog import docs as docs_module
 
-    if b is not None or weights is not None or k1 is not None:
+    if b is not None or weights is not None or k1 is not None or lead is not None:
         w = weights or (1.0, 1.5, 2.0)
         bb = (b, b, 0.5) if b is not None else (0.75, 0.75, 0.5)
+
+        def configured(cls: type) -> Any:
+            ix = core_index.SearchIndex(k1 or 1.2, w, bb)
+            if lead is not None:
+                ix._set_lead_weight(lead)
+            return ix
+
         catalog_module.core_index = SimpleNamespace(
             SearchIndex=type("SearchIndex", (), {
-                "__new__": lambda cls: core_index.SearchIndex(k1 or 1.2, w, bb),
+                "__new__": configured,
                 "from_arrays": core_index.SearchIndex.from_arrays}),
             ARRAYS_FORMAT=core_index.ARRAYS_FORMAT)
     if not ablate:
@@ -234,6 +241,8 @@ def main() -> None:
     p.add_argument("--b", type=float, default=None, help="convmem only: b of content and summary")
     p.add_argument("--weights", default=None, help="convmem only: w_c,w_s,w_t")
     p.add_argument("--k1", type=float, default=None, help="convmem only: k1")
+    p.add_argument("--lead", type=float, default=None,
+                   help="convmem only: the lead bonus's weight (0: none; default 0.3)")
     p.add_argument("--json", default=None, help="write the figures there too")
     args = p.parse_args()
     weights = tuple(float(x) for x in args.weights.split(",")) if args.weights else None
@@ -250,9 +259,10 @@ def main() -> None:
                     label = "convmem" + (f" -{args.ablate}" if args.ablate else "") + (
                         f" b={args.b}" if args.b is not None else "") + (
                         f" w={args.weights}" if args.weights else "") + (
-                        f" k1={args.k1}" if args.k1 is not None else "")
+                        f" k1={args.k1}" if args.k1 is not None else "") + (
+                        f" lead={args.lead}" if args.lead is not None else "")
                     engines.append((label, ConvmemEngine(docs, work, args.ablate, args.b, weights,
-                                                          args.k1)))
+                                                          args.k1, args.lead)))
                 elif name == "fts5":
                     for tok in ("unicode61", "porter unicode61", "trigram"):
                         engines.append((f"fts5-{tok.split()[0]}", Fts5Engine(docs, tok)))

@@ -9,7 +9,7 @@ from convmem._core.score cimport Group, Query
 
 
 cdef enum:
-    IX_ARRAYS_FORMAT = 4     # 4: doc_meta holds the role (bits 5-6)
+    IX_ARRAYS_FORMAT = 5     # 4: doc_meta holds the role (bits 5-6); 5: content lead flags
     IX_TABLE_MIN = 1024     # smallest term hash table (slots)
     IX_BUF_DOCS = 2048      # the in-memory buffer becomes a segment at this many docs ...
     IX_BUF_POSTINGS = 1 << 18   # ... or this many postings
@@ -27,6 +27,7 @@ cdef enum:
 
 cdef class SearchIndex:
     cdef double _k1
+    cdef double _lead
     cdef double _w[3]
     cdef double _b[3]
     cdef int64_t _n_docs

@@ -51,7 +51,8 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
                                     garr_own, garr_reserve, mix64)
 from convmem._core.postings import DamagedPostings
-from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, FieldPostings, PList,
+from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
+                                     FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
                                      _nonempty, _open_list, _segment, _Segment,
@@ -63,6 +64,10 @@ from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _gro
 cnp.import_array()
 
 ARRAYS_FORMAT = IX_ARRAYS_FORMAT
+# The lead bonus: a group found among a doc's first IX_LEAD_KEYS content keys adds this times its
+# idf to the content part (docs/SCORING.md "Per-document parts").
+LEAD_WEIGHT = 0.3
+LEAD_KEYS = IX_LEAD_KEYS
 FIELDS = ("content", "summary", "tags")
 
 cdef uint64_t CP_MASK = 0x1FFFFF
@@ -180,6 +185,7 @@ cdef class SearchIndex:
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)):
         k1, weights, b = _check_config(k1, weights, b)
         self._k1 = k1
+        self._lead = LEAD_WEIGHT
         for f in range(3):
             self._w[f] = weights[f]
             self._b[f] = b[f]
@@ -405,8 +411,10 @@ cdef class SearchIndex:
                 sk[m] = <uint64_t>h                   # the slot, for now
                 m += 1
                 hc[h] = 1
-            elif hc[h] < IX_TF_CAP:
+            elif (hc[h] & IX_TF_CAP) < IX_TF_CAP:
                 hc[h] += 1
+            if f == 0 and i < IX_LEAD_KEYS:           # the tf byte's lead flag (docs/SCORING.md)
+                hc[h] |= IX_LEAD
         for i in range(m):
             h = <int64_t>sk[i]
             sk[i] = hk[h]
@@ -540,7 +548,7 @@ cdef class SearchIndex:
                 for f in range(3):
                     fp = &self._views[s].f[f]
                     for i in range(fp.n_terms):
-                        _open_list(&L, fp.data + fp.offsets[i], fp.data + fp.n_bytes)
+                        _open_list(&L, fp.data + fp.offsets[i], fp.data + fp.n_bytes, f)
                         if d < L.first:
                             continue
                         blk = _find_block(&L, 0, d)
@@ -678,6 +686,7 @@ cdef class SearchIndex:
         a search cursor's frozen ones), doc columns and buffer."""
         cdef int f, m
         q.k1 = self._k1
+        q.lead = self._lead
         for f in range(3):
             q.w[f] = self._w[f]
             q.b[f] = self._b[f]
@@ -838,7 +847,7 @@ cdef class SearchIndex:
             raise DamagedPostings(f"damaged posting list {li} in field {f}")
         garr_reserve(&self._q_lists, self._q_lists.len + 1)
         L = <PList*>self._q_lists.data + self._q_lists.len
-        _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        _open_list(L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, f)
         if L.nb > 1:
             bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
             if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
@@ -999,6 +1008,12 @@ cdef class SearchIndex:
             raise ValueError("prune_density must be >= 0")
         self.prune_density = n
 
+    def _set_lead_weight(self, double w) -> None:
+        """Benchmarks: the lead bonus's weight (0: none; ranking_quality.py --lead)."""
+        if not w >= 0:
+            raise ValueError("the lead weight must be >= 0")
+        self._lead = w
+
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
         if n <= 0 or n % 64 != 0 or n > IX_WINDOW:
@@ -1016,6 +1031,7 @@ cdef class SearchIndex:
     def _compacted(self):
         cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
                                           (self._b[0], self._b[1], self._b[2]))
+        out._lead = self._lead
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
         cdef int64_t i, j, o, nt, cap
         cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)
@@ -1302,7 +1318,7 @@ cdef class SearchIndex:
         bm = bm_cb = None
         if "bm_cb" not in arrays:                    # computing them decodes every list: check first
             for f, name in enumerate(FIELDS):
-                if not _lists_ok(seg_arrays[3 * f + 1], seg_arrays[3 * f + 2], <uint32_t>n):
+                if not _lists_ok(seg_arrays[3 * f + 1], seg_arrays[3 * f + 2], <uint32_t>n, f):
                     raise ValueError(f"bad post_data_{name}")
         if "bm_cb" in arrays:                        # block maxima stored with the lists
             bm_cb = _arr(arrays, "bm_cb", np.float64, (3,))

@@ -5,7 +5,8 @@
 # if they were written there (as pgproto's frb.pxd does); the functions of postings.pyx are
 # called once per list check, once per segment build and once per merge.
 #
-# One posting list (one term, one field, one segment; doc ids ascending, tf 1..255):
+# One posting list (one term, one field, one segment; doc ids ascending, tf 1..127; a content
+# posting also carries its lead flag: the key is among its doc's first IX_LEAD_KEYS content keys):
 #
 #   varint n                      postings in the list (>= 1); LEB128, 7 bits a byte, low first
 #   varint first                  the first doc id (absolute: a list reads the same in any segment)
@@ -14,10 +15,16 @@
 #   payload: per block of 128 postings (the last one may be shorter):
 #     u8 hdr                      bits 0-5: doc bits B (0..32); bits 6-7: tf code (0, 1, 2, 3 =
 #                                 0, 1, 2, 8 tf bits T)
+#     u8 lead                     content lists only: 0 no posting of the block is lead, 1 all
+#                                 are, 2 some are (a bitmap follows the tfs)
 #     docs                        cnt values of B bits, little-endian bit stream, byte-padded:
 #                                 doc[i] - prev - 1, prev = the previous doc (first - 1 before the
 #                                 list, the skip entry's last doc before a later block)
 #     tfs                         cnt values of T bits (tf - 1), byte-padded; none when all are 1
+#     leads                       lead 2 only: cnt bits, bit i (of byte i / 8, low bit first) set
+#                                 when posting i is lead; the padding bits are 0
+#
+# Decoded, a posting's tf is one byte: bits 0-6 the tf, bit 7 (IX_LEAD) the lead flag.
 #
 # Two varint readers: varint_trusted for lists this process encoded or has validated (every
 # list of a segment: _lists_ok runs on snapshot data before a segment is made from it), and
@@ -31,7 +38,9 @@ from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, __builtin_clz, loa
 
 cdef enum:
     IX_BLOCK = 128          # postings per compressed block
-    IX_TF_CAP = 255         # tf saturates here (one byte)
+    IX_TF_CAP = 127         # tf saturates here (seven bits: the tf byte's bit 7 is IX_LEAD)
+    IX_LEAD = 0x80          # a decoded tf byte's lead flag (content postings)
+    IX_LEAD_KEYS = 16       # a content key is lead in a doc when among its first 16 content keys
     IX_ULID = 16
     IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, 3-4 tier, 5-6 role
 
@@ -60,6 +69,7 @@ cdef struct FieldPostings:
     # The memory belongs to the _Segment (views share the pointer).
     uint8_t* checked
     uint32_t doc_hi
+    int field               # 0 content (its blocks carry lead flags), 1 summary, 2 tags
 
 
 # A segment covers docs [doc_lo, doc_hi), the three fields together.
@@ -90,10 +100,12 @@ cdef struct PList:
 cdef struct BlockHdr:
     const uint8_t* dp       # the block's doc stream
     const uint8_t* tp       # its tf stream
+    const uint8_t* lp       # its lead bitmap (lc 2)
     int64_t cnt             # postings in the block
     uint32_t prev           # the doc before the block (first - 1 for block 0)
     int db                  # doc bits
     int tb                  # tf bits
+    int lc                  # lead code (0 none, 1 all, 2 bitmap; always 0 outside content)
     bint fast               # 8 bytes readable past both streams (the 64-bit-load decoder)
 
 
@@ -102,6 +114,8 @@ cdef struct BlockHdr:
 cdef struct Cursor:
     const uint8_t* dp       # the block's doc stream
     const uint8_t* tp       # its tf stream
+    const uint8_t* lp       # its lead bitmap
+    int lc                  # its lead code
     int64_t blk             # the block (-1: none yet)
     int64_t i               # values read
     int64_t cnt
@@ -117,6 +131,7 @@ cdef struct FieldOut:
     GArr terms
     GArr offsets
     GArr data
+    bint lead               # content: the blocks carry lead flags
 
 
 cdef class _Segment:
@@ -260,7 +275,8 @@ cdef inline uint32_t _bits_at(const uint8_t* p, int64_t i, int bits, bint fast) 
 
 # ---- reading a list --------------------------------------------------------------------------
 
-cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t* end) noexcept nogil:
+cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t* end,
+                                      int field) noexcept nogil:
     """Read a list's header; `end` is the end of the field's data (for the fast decoder)."""
     cdef uint64_t n, first
     p = varint_trusted(p, &n)
@@ -276,6 +292,7 @@ cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t*
     L.payload = p
     L.end = end
     L.bm = NULL
+    L.field = field
     CM_ASSERT(L.n >= 1 and p <= end)
     return p
 
@@ -302,10 +319,17 @@ cdef inline void _block_header(const PList* L, int64_t j, BlockHdr* h) noexcept 
     h.db = p[0] & 63
     code = p[0] >> 6
     h.tb = 8 if code == 3 else code
-    h.dp = p + 1
+    if L.field == 0:
+        h.lc = p[1]
+        h.dp = p + 2
+    else:
+        h.lc = 0
+        h.dp = p + 1
     h.tp = h.dp + (h.cnt * h.db + 7) // 8
+    h.lp = h.tp + (h.cnt * h.tb + 7) // 8
     h.fast = L.end - h.tp >= (h.cnt * h.tb + 7) // 8 + 8
-    CM_ASSERT(h.db <= 32 and h.tp + (h.cnt * h.tb + 7) // 8 <= L.end)
+    CM_ASSERT(h.db <= 32 and h.lc <= 2
+              and h.lp + ((h.cnt + 7) // 8 if h.lc == 2 else 0) <= L.end)
 
 
 cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noexcept nogil:
@@ -348,6 +372,12 @@ cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* t
                 _unpack(h.tp, cnt, h.tb, tv)
             for i in range(cnt):
                 tfs[i] = <uint8_t>(tv[i] + 1)
+        if h.lc == 1:
+            for i in range(cnt):
+                tfs[i] |= IX_LEAD
+        elif h.lc == 2:
+            for i in range(cnt):
+                tfs[i] |= <uint8_t>(((h.lp[i >> 3] >> (i & 7)) & 1) << 7)
     return cnt
 
 
@@ -356,6 +386,8 @@ cdef inline void _cur_open(const PList* L, Cursor* c, int64_t j) noexcept nogil:
     _block_header(L, j, &h)
     c.dp = h.dp
     c.tp = h.tp
+    c.lp = h.lp
+    c.lc = h.lc
     c.cnt = h.cnt
     c.prev = h.prev
     c.db = h.db
@@ -366,9 +398,10 @@ cdef inline void _cur_open(const PList* L, Cursor* c, int64_t j) noexcept nogil:
 
 
 cdef inline uint32_t _seek(Cursor* c, uint32_t d) noexcept nogil:
-    """Read on to doc d in the cursor's block: its tf, or 0 when the block does not hold it
-    (then the cursor stays before the first doc above d)."""
-    cdef uint32_t v
+    """Read on to doc d in the cursor's block: its tf byte (lead flag included), or 0 when the
+    block does not hold it (then the cursor stays before the first doc above d)."""
+    cdef uint32_t v, tf
+    cdef int64_t i
     while c.i < c.cnt:
         v = c.prev + 1 + (_bits_at(c.dp, c.i, c.db, c.fast) if c.db else 0)
         if v > d:
@@ -376,7 +409,13 @@ cdef inline uint32_t _seek(Cursor* c, uint32_t d) noexcept nogil:
         c.prev = v
         c.i += 1
         if v == d:
-            return _bits_at(c.tp, c.i - 1, c.tb, c.fast) + 1 if c.tb else 1
+            i = c.i - 1
+            tf = _bits_at(c.tp, i, c.tb, c.fast) + 1 if c.tb else 1
+            if c.lc == 1:
+                tf |= IX_LEAD
+            elif c.lc == 2:
+                tf |= ((c.lp[i >> 3] >> (i & 7)) & 1) << 7
+            return tf
     return 0
 
 
@@ -404,16 +443,18 @@ cdef inline int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept
 
 # Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
 # canonical list with doc ids below doc_hi, else -1.
-cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil
+cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi,
+                         int field) noexcept nogil
 # 1 when every list of one field (offsets, data: numpy arrays) passes _list_check, else 0.
-cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1
+cdef int _lists_ok(object offsets, object data, uint32_t doc_hi, int field) except -1
 
 # Whether list li of fp may be read: 0 when it passed _list_check (now or before), -1 when its
 # bytes are damaged (it must not be read then).
 cdef inline int _list_ready(const FieldPostings* fp, int64_t li) noexcept nogil:
     if fp.checked == NULL or fp.checked[li]:
         return 0
-    if _list_check(fp.data + fp.offsets[li], fp.data + fp.offsets[li + 1], fp.doc_hi) < 0:
+    if _list_check(fp.data + fp.offsets[li], fp.data + fp.offsets[li + 1], fp.doc_hi,
+                   fp.field) < 0:
         return -1
     fp.checked[li] = 1
     return 0

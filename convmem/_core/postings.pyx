@@ -56,18 +56,19 @@ cdef int64_t _pack(const uint32_t* v, int64_t n, int bits, uint8_t* out) noexcep
 
 
 cdef inline int64_t _encode_bound(int64_t n) noexcept nogil:
-    return 20 + 9 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 5 * n
+    return 20 + 10 * ((n + IX_BLOCK - 1) // IX_BLOCK) + 6 * n
 
 
 
 
-cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
-                          uint8_t* out) noexcept nogil:
-    """Encode one posting list (n >= 1) into out (_encode_bound(n) bytes); returns its size."""
+cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n, uint8_t* out,
+                          bint lead) noexcept nogil:
+    """Encode one posting list (n >= 1; tf bytes, their lead flags written when `lead`: a content
+    list) into out (_encode_bound(n) bytes); returns its size."""
     cdef uint32_t vals[IX_BLOCK]
-    cdef int64_t o, skip, pay, nb, j, lo, cnt, i
+    cdef int64_t o, skip, pay, nb, j, lo, cnt, i, nl
     cdef uint32_t prev, maxv, maxt
-    cdef int db, code
+    cdef int db, code, lc
     o = _put_varint(out, 0, <uint64_t>n)
     o = _put_varint(out, o, docs[0])
     nb = (n + IX_BLOCK - 1) // IX_BLOCK
@@ -84,20 +85,30 @@ cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
             store_u32(out + skip + 8 * j + 4, <uint32_t>(o - pay))
         maxv = 0
         maxt = 0
+        nl = 0
         for i in range(cnt):
             vals[i] = docs[lo + i] - prev - 1
             prev = docs[lo + i]
             maxv |= vals[i]
-            maxt |= <uint32_t>(tfs[lo + i] - 1)
+            maxt |= <uint32_t>((tfs[lo + i] & IX_TF_CAP) - 1)
+            nl += tfs[lo + i] >> 7
         db = _nbits(maxv)
         code = 0 if maxt == 0 else (1 if maxt <= 1 else (2 if maxt <= 3 else 3))
+        lc = 0 if nl == 0 else (1 if nl == cnt else 2)
         out[o] = <uint8_t>(db | (code << 6))
         o += 1
+        if lead:
+            out[o] = <uint8_t>lc
+            o += 1
         o += _pack(vals, cnt, db, out + o)
         if code:
             for i in range(cnt):
-                vals[i] = <uint32_t>(tfs[lo + i] - 1)
+                vals[i] = <uint32_t>((tfs[lo + i] & IX_TF_CAP) - 1)
             o += _pack(vals, cnt, 8 if code == 3 else code, out + o)
+        if lead and lc == 2:
+            for i in range(cnt):
+                vals[i] = tfs[lo + i] >> 7
+            o += _pack(vals, cnt, 1, out + o)
     return o
 
 
@@ -105,7 +116,8 @@ cdef int64_t _encode_list(const uint32_t* docs, const uint8_t* tfs, int64_t n,
 
 # ---- checking untrusted lists ----------------------------------------------------------------
 
-cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) noexcept nogil:
+cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi,
+                         int field) noexcept nogil:
     """Decode one whole list from untrusted bytes: its posting count when p..end is exactly one
     canonical list with doc ids below doc_hi, else -1. The varints and the skip table's size are
     checked before the list is opened, and each block's skip entry before its header is read
@@ -115,7 +127,7 @@ cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) 
     cdef uint64_t n, first
     cdef uint32_t docs[IX_BLOCK]
     cdef const uint8_t* q
-    cdef int64_t j, nb
+    cdef int64_t j, nb, lb
     cdef uint64_t prev, d
     cdef int i
     q = varint_checked(p, end, &n)
@@ -127,16 +139,18 @@ cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) 
     nb = (<int64_t>n + IX_BLOCK - 1) // IX_BLOCK
     if nb > 1 and end - q < 8 * nb:
         return -1
-    _open_list(&L, p, end)
+    _open_list(&L, p, end, field)
     q = L.payload
     prev = <uint64_t>first
     for j in range(nb):
         if nb > 1 and load_u32(L.skip + 8 * j + 4) != <uint32_t>(q - L.payload):
             return -1
-        if q >= end:
+        if end - q < (2 if field == 0 else 1):
             return -1
         _block_header(&L, j, &h)                       # the block starts at q: checked above
-        if h.db > 32 or end - h.dp < (h.cnt * h.db + 7) // 8 + (h.cnt * h.tb + 7) // 8:
+        lb = (h.cnt + 7) // 8 if h.lc == 2 else 0
+        if (h.db > 32 or h.lc > 2
+                or end - h.dp < (h.cnt * h.db + 7) // 8 + (h.cnt * h.tb + 7) // 8 + lb):
             return -1
         _unpack(h.dp, h.cnt, h.db, docs)
         for i in range(h.cnt):
@@ -146,18 +160,24 @@ cdef int64_t _list_check(const uint8_t* p, const uint8_t* end, uint32_t doc_hi) 
             prev = d
         if nb > 1 and load_u32(L.skip + 8 * j) != <uint32_t>prev:
             return -1
-        if h.tb == 8:                                 # tf - 1 must stay below 255
+        if h.tb == 8:                                 # tf - 1 must stay below IX_TF_CAP
             _unpack(h.tp, h.cnt, 8, docs)
             for i in range(h.cnt):
                 if docs[i] >= IX_TF_CAP:
                     return -1
-        q = h.tp + (h.cnt * h.tb + 7) // 8
+        if h.lc == 2:                                 # some lead, not all; padding bits 0
+            d = 0
+            for i in range(h.cnt):
+                d += (h.lp[i >> 3] >> (i & 7)) & 1
+            if d == 0 or d >= <uint64_t>h.cnt or (h.cnt & 7 and h.lp[lb - 1] >> (h.cnt & 7)):
+                return -1
+        q = h.lp + lb
     if q != end:
         return -1
     return <int64_t>n
 
 
-cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1:
+cdef int _lists_ok(object offsets, object data, uint32_t doc_hi, int field) except -1:
     """1 when every list of one field decodes within its bounds, with doc ids below doc_hi,
     else 0 (-1: an exception, e.g. a non-contiguous array)."""
     cdef const uint32_t[::1] off = offsets
@@ -170,7 +190,7 @@ cdef int _lists_ok(object offsets, object data, uint32_t doc_hi) except -1:
     base = &dat[0]
     with nogil:
         for i in range(nt):
-            if _list_check(base + off[i], base + off[i + 1], doc_hi) < 0:
+            if _list_check(base + off[i], base + off[i + 1], doc_hi, field) < 0:
                 ok = False
                 break
     return ok
@@ -202,7 +222,7 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, doub
     cdef double mx, v
     cdef float r
     for li in range(fp.n_terms):
-        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, f)
         if L.nb < 2:
             continue
         if bm != NULL:
@@ -212,7 +232,7 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, doub
                 c = _block(&L, j, bd, bt)
                 mx = 0.0
                 for i in range(c):
-                    v = <double>bt[i] / (c0 + cb * <double>lens[3 * <int64_t>bd[i] + f])
+                    v = <double>(bt[i] & IX_TF_CAP) / (c0 + cb * <double>lens[3 * <int64_t>bd[i] + f])
                     if v > mx:
                         mx = v
                 r = <float>mx
@@ -249,6 +269,7 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint
         s.v.f[f].n_bytes = data.shape[0]
         s.v.f[f].checked = NULL
         s.v.f[f].doc_hi = doc_hi
+        s.v.f[f].field = f
         with nogil:
             nl = _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], NULL, NULL, NULL, &nbk)
         bterms = np.empty(nl, dtype=np.uint32)
@@ -344,6 +365,7 @@ cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object b
             s.v.f[f].n_terms = arrays[3 * f].shape[0]
             s.v.f[f].n_bytes = arrays[3 * f + 2].shape[0]
             s.v.f[f].doc_hi = doc_hi
+            s.v.f[f].field = f
             s.v.f[f].checked = NULL
             s.v.f[f].n_bm = 0
             s.v.f[f].bm_terms = NULL
@@ -369,7 +391,8 @@ cdef list _empty_field_arrays():
 
 # -- building segments without the GIL
 
-cdef int _out_init(FieldOut* o) noexcept nogil:
+cdef int _out_init(FieldOut* o, bint lead) noexcept nogil:
+    o.lead = lead
     garr_init(&o.terms, 1, 1)
     garr_init(&o.offsets, 1, 1)
     garr_init(&o.data, 1, 1)
@@ -403,7 +426,7 @@ cdef int _out_list(FieldOut* o, uint32_t tid, const uint32_t* docs, const uint8_
                    int64_t n) noexcept nogil:
     if garr_grow(&o.data, o.data.len + _encode_bound(n)) < 0:
         return -1
-    o.data.len += _encode_list(docs, tfs, n, <uint8_t*>o.data.data + o.data.len)
+    o.data.len += _encode_list(docs, tfs, n, <uint8_t*>o.data.data + o.data.len, o.lead)
     return _out_term(o, tid)
 
 
@@ -484,7 +507,7 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
             if cur[s] >= fp.n_terms or fp.terms[cur[s]] != t:
                 continue
             chk = dmap != NULL or views[s].n_dead > 0
-            _open_list(&L, fp.data + fp.offsets[cur[s]], fp.data + fp.n_bytes)
+            _open_list(&L, fp.data + fp.offsets[cur[s]], fp.data + fp.n_bytes, f)
             cur[s] += 1
             if garr_grow(tdocs, 4 * (n + L.n)) < 0 or garr_grow(ttfs, n + L.n) < 0:
                 return -1
@@ -530,7 +553,7 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
             views[s] = (<_Segment>segs[s]).v
         for f in range(3):
             with nogil:
-                rc = _out_init(&out)
+                rc = _out_init(&out, f == 0)
                 if rc == 0:
                     rc = _merge_field(views, k, f, meta, dmap, tmap, cur, &out, &tdocs, &ttfs)
             if rc < 0:
@@ -574,7 +597,7 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
         with nogil:
             for f in range(3):
                 if rc == 0:
-                    rc = _out_init(&outs[f])
+                    rc = _out_init(&outs[f], f == 0)
             i = 0
             while i < nbt and rc == 0:
                 CM_ASSERT(i == 0 or terms[i] > terms[i - 1])
@@ -673,7 +696,7 @@ cdef int _cx_field(const FieldPostings* fp, const uint64_t* pairs, int64_t lo, i
         li = lower_bound_u32(fp.terms, 0, fp.n_terms, t)
         if li >= fp.n_terms or fp.terms[li] != t:
             continue
-        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes)
+        _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, fp.field)
         for j in range(L.nb):
             cnt = _block(&L, j, bd, bt)
             for k in range(cnt):
@@ -684,8 +707,9 @@ cdef int _cx_field(const FieldPostings* fp, const uint64_t* pairs, int64_t lo, i
                     if seen[d] != stamp:
                         seen[d] = stamp
                         df[0] += (meta[d] & IX_LIVE) != 0
-                s = <uint32_t>acc[d] + bt[k]
-                acc[d] = <uint8_t>(s if s < IX_TF_CAP else IX_TF_CAP)
+                # the group's tfs add up (capped), its lead flags OR together
+                s = <uint32_t>(acc[d] & IX_TF_CAP) + (bt[k] & IX_TF_CAP)
+                acc[d] = <uint8_t>((s if s < IX_TF_CAP else IX_TF_CAP) | ((acc[d] | bt[k]) & IX_LEAD))
     if nt == 0:
         return 0
     if nt * 16 >= <int64_t>(doc_hi - doc_lo):     # dense: read the docs off acc in order
@@ -737,7 +761,7 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
         with nogil:
             for f in range(3):
                 if rc == 0:
-                    rc = _out_init(&outs[f])
+                    rc = _out_init(&outs[f], f == 0)
             _cx_pairs(keys, T, pairs)
             qsort(pairs, <size_t>np_, 8, _cmp_u64)
             i = 0

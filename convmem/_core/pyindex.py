@@ -13,9 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FIELDS = ("content", "summary", "tags")
-ARRAYS_FORMAT = 4  # 4: doc_meta holds the role in bits 5-6
+ARRAYS_FORMAT = 5  # 4: doc_meta holds the role in bits 5-6; 5: content lead flags
 BLOCK = 128  # postings per compressed block
-TF_CAP = 255
+TF_CAP = 127
+LEAD_BIT = 0x80  # a content tf byte's lead flag (docs/SCORING.md)
+LEAD_KEYS = 16  # a content key is lead in a doc when among its first 16 content keys
+LEAD_WEIGHT = 0.3  # a lead group adds this times its idf to the content part
 MAX_KIND = 5
 MAX_TIER = 3
 MAX_ROLE = 2
@@ -99,8 +102,9 @@ def _tf_code(max_tf1: int) -> tuple[int, int]:
     raise ValueError("tf above 256")
 
 
-def encode_postings(docs: list[int], tfs: list[int]) -> bytes:
-    """One posting list in the compressed format described at the top of index.pyx."""
+def encode_postings(docs: list[int], tfs: list[int], lead: bool = False) -> bytes:
+    """One posting list in the compressed format described at the top of postings.pxd; tfs are
+    tf bytes (bit 7 the lead flag, written when `lead`: a content list)."""
     n = len(docs)
     out = bytearray()
     _varint(n, out)
@@ -117,14 +121,21 @@ def encode_postings(docs: list[int], tfs: list[int]) -> bytes:
             deltas.append(docs[i] - prev - 1)
             prev = docs[i]
         db = max(deltas).bit_length()
-        code, tb = _tf_code(max(tfs[i] - 1 for i in blk))
+        code, tb = _tf_code(max((tfs[i] & TF_CAP) - 1 for i in blk))
+        leads = [tfs[i] >> 7 for i in blk]
+        lc = 0 if not any(leads) else (1 if all(leads) else 2)
         payload.append(db | (code << 6))
+        if lead:
+            payload.append(lc)
         payload += _pack(deltas, db)
-        payload += _pack([tfs[i] - 1 for i in blk], tb)
+        payload += _pack([(tfs[i] & TF_CAP) - 1 for i in blk], tb)
+        if lead and lc == 2:
+            payload += _pack(leads, 1)
     return bytes(out + skip + payload)
 
 
-def decode_postings(data: bytes, pos: int = 0) -> tuple[list[int], list[int]]:
+def decode_postings(data: bytes, pos: int = 0, lead: bool = False) -> tuple[list[int], list[int]]:
+    """The docs and tf bytes of the list at pos (`lead`: a content list)."""
     n, pos = _read_varint(data, pos)
     first, pos = _read_varint(data, pos)
     nb = (n + BLOCK - 1) // BLOCK
@@ -136,12 +147,20 @@ def decode_postings(data: bytes, pos: int = 0) -> tuple[list[int], list[int]]:
     for j in range(nb):
         cnt = min(BLOCK, n - j * BLOCK)
         hdr = data[pos]
-        deltas, pos = _unpack(data, pos + 1, cnt, hdr & 63)
+        pos += 1
+        lc = 0
+        if lead:
+            lc = data[pos]
+            pos += 1
+        deltas, pos = _unpack(data, pos, cnt, hdr & 63)
         tf1, pos = _unpack(data, pos, cnt, (0, 1, 2, 8)[hdr >> 6])
-        for dl, t in zip(deltas, tf1):
+        leads = [lc] * cnt
+        if lc == 2:
+            leads, pos = _unpack(data, pos, cnt, 1)
+        for dl, t, ld in zip(deltas, tf1, leads):
             prev += dl + 1
             docs.append(prev)
-            tfs.append(t + 1)
+            tfs.append((t + 1) | (LEAD_BIT if ld else 0))
     return docs, tfs
 
 
@@ -159,6 +178,7 @@ class _Doc:
     role: int = 0
     live: bool = True
     keys: frozenset = field(default_factory=frozenset)  # all keys of all fields
+    lead: frozenset = field(default_factory=frozenset)  # the first LEAD_KEYS content keys
 
 
 def _as_keys(keys) -> list[int]:
@@ -180,6 +200,7 @@ class SearchIndex:
 
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)) -> None:
         self._k1, self._w, self._b = _check_weights(k1, weights, b)
+        self._lead = LEAD_WEIGHT
         self._docs: list[_Doc] = []
         self._term_ids: dict[int, int] = {}
         self._term_keys: list[int] = []
@@ -203,6 +224,11 @@ class SearchIndex:
         if n < 0:
             raise ValueError("prune_density must be >= 0")
         self.prune_density = n
+
+    def _set_lead_weight(self, w: float) -> None:
+        if not w >= 0:
+            raise ValueError("the lead weight must be >= 0")
+        self._lead = float(w)
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
@@ -243,7 +269,8 @@ class SearchIndex:
             tfs=tuple(tfs), lens=tuple(len(k) for k in fields),
             tags=tuple(_as_keys(tag_hashes)), session=int(session), kind=int(kind),
             tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
-            role=int(role), keys=frozenset().union(*fields)))
+            role=int(role), keys=frozenset().union(*fields),
+            lead=frozenset(fields[0][:LEAD_KEYS])))
 
     def remove(self, doc: int, content_keys=None, summary_keys=None, tag_keys=None) -> None:
         """The keys, when given, must be those `add` got (the compiled module lowers df by them)."""
@@ -356,6 +383,8 @@ class SearchIndex:
                 big_x = (x[0] + x[1]) + x[2]
                 for f in range(3):
                     breakdown[f] += idf * x[f] / (self._k1 + big_x)
+                    if f == 0 and not keys.isdisjoint(d.lead):
+                        breakdown[0] += self._lead * idf
             if matched:
                 hits.append((i, (breakdown[0] + breakdown[1]) + breakdown[2], breakdown))
         hits.sort(key=self._sort_key)
@@ -376,6 +405,7 @@ class SearchIndex:
     def compacted(self):
         keep = [tid for tid in range(len(self._term_keys)) if self._live_df(tid) > 0]
         out = SearchIndex(self._k1, self._w, self._b)
+        out._lead = self._lead
         out._term_keys = [self._term_keys[t] for t in keep]
         out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
         old_to_new = np.full(len(self._docs), -1, dtype=np.int64)
@@ -423,9 +453,12 @@ class SearchIndex:
             for i, d in enumerate(docs):
                 if d.live:
                     for key, tf in d.tfs[f].items():
+                        if f == 0 and key in d.lead:
+                            tf |= LEAD_BIT
                         postings.setdefault(self._term_ids[key], []).append((i, tf))
             tids = sorted(postings)
-            lists = [encode_postings([p[0] for p in postings[t]], [p[1] for p in postings[t]])
+            lists = [encode_postings([p[0] for p in postings[t]], [p[1] for p in postings[t]],
+                                     lead=f == 0)
                      for t in tids]
             offsets = np.zeros(len(tids) + 1, dtype=np.uint32)
             offsets[1:] = np.cumsum([len(b) for b in lists])
@@ -455,13 +488,16 @@ class SearchIndex:
         out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
         n = int(arrays["n_docs"])
         tfs = [[Counter(), Counter(), Counter()] for _ in range(n)]
+        leads: list[set[int]] = [set() for _ in range(n)]
         for f, name in enumerate(FIELDS):
             offsets = arrays[f"post_offsets_{name}"]
             data = arrays[f"post_data_{name}"].tobytes()
             for j, tid in enumerate(arrays[f"post_terms_{name}"]):
                 key = out._term_keys[int(tid)]
-                for doc, tf in zip(*decode_postings(data, int(offsets[j]))):
-                    tfs[doc][f][key] = tf
+                for doc, tf in zip(*decode_postings(data, int(offsets[j]), lead=f == 0)):
+                    tfs[doc][f][key] = tf & TF_CAP
+                    if tf & LEAD_BIT:
+                        leads[doc].add(key)
         tag_off = arrays["tag_offsets"]
         for i in range(n):
             meta = int(arrays["doc_meta"][i])
@@ -474,7 +510,8 @@ class SearchIndex:
                 timestamp=int(arrays["doc_timestamp"][i]),
                 ulid=arrays["doc_ulid"][i].tobytes(),
                 live=bool(meta & LIVE_BIT),
-                keys=frozenset().union(*(c.keys() for c in tfs[i]))))
+                keys=frozenset().union(*(c.keys() for c in tfs[i])),
+                lead=frozenset(leads[i])))
         return out
 
 

@@ -36,6 +36,7 @@ cdef struct HeapItem:
 # Everything the nogil scoring loops read: statistics, doc columns, filters, scratch.
 cdef struct Query:
     double k1
+    double lead             # the lead bonus's weight (a lead group adds lead * idf)
     double w[3]
     double b[3]
     double avgdl[3]

@@ -28,7 +28,7 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_store_relaxed,
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
-from convmem._core.postings cimport (IX_BLOCK, IX_LIVE, IX_TF_CAP, IX_ULID, Cursor, PList,
+from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID, Cursor, PList,
                                      SegView, _block, _block_last, _cur_open,
                                      _find_block, _seek)
 
@@ -69,11 +69,14 @@ cdef inline bint _doc_ok(const Query* q, uint32_t d) noexcept nogil:
 
 
 cdef inline uint32_t _tf_add(uint32_t w, int f, uint32_t tf) noexcept nogil:
-    """Add tf to byte f of the packed group tfs, saturating at 255."""
+    """Add the tf byte `tf` to byte f of the packed group tfs: the tfs add up, saturating at
+    IX_TF_CAP, the lead flags (bit 7, content only) OR together."""
     cdef int sh = 8 * f
-    cdef uint32_t v = ((w >> sh) & 0xFF) + tf
+    cdef uint32_t old = (w >> sh) & 0xFF
+    cdef uint32_t v = (old & IX_TF_CAP) + (tf & IX_TF_CAP)
     if v > IX_TF_CAP:
         v = IX_TF_CAP
+    v |= (old | tf) & IX_LEAD
     return (w & ~(<uint32_t>0xFF << sh)) | (v << sh)
 
 
@@ -86,7 +89,7 @@ cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
     cdef const uint32_t* ln = q.lens + 3 * <int64_t>d
     cdef int f
     for f in range(3):
-        tf = (w >> (8 * f)) & 0xFF
+        tf = (w >> (8 * f)) & IX_TF_CAP
         if tf:
             x[f] = q.w[f] * <double>tf / ((1.0 - q.b[f]) + q.b[f] * <double>ln[f] / q.avgdl[f])
         else:
@@ -94,6 +97,8 @@ cdef inline void _add_parts(const Query* q, uint32_t d, uint32_t w, double idf,
     big_x = (x[0] + x[1]) + x[2]
     den = q.k1 + big_x
     out[0] += idf * x[0] / den
+    if w & IX_LEAD:
+        out[0] += q.lead * idf
     out[1] += idf * x[1] / den
     out[2] += idf * x[2] / den
 
@@ -196,16 +201,18 @@ cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
         s.cblk = 0
         s.last1 = s.bd[s.ccnt - 1]
         for i in range(s.ccnt):
-            v = q.w[f] * <double>s.bt[i] / (q.c0[f] + q.cb[f] * <double>q.lens[3 * <int64_t>s.bd[i] + f])
+            v = q.w[f] * <double>(s.bt[i] & IX_TF_CAP) / (q.c0[f] + q.cb[f] * <double>q.lens[3 * <int64_t>s.bd[i] + f])
             if v > mx:
                 mx = v
         s.xm1 = mx
 
 
 cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
+    """A bound of a group's parts at X <= big_x, the lead bonus included (a block or window
+    bound does not know which docs are lead)."""
     if big_x == 0.0:
         return 0.0
-    return idf * big_x / (q.k1 + big_x)
+    return idf * big_x / (q.k1 + big_x) + q.lead * idf
 
 
 cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept nogil:
@@ -397,19 +404,19 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
     at most two divisions instead of five. The content length is read from the one-byte
     q.qlen, rounded down (so the norm is not larger); a content-only doc needs one division."""
     cdef const uint8_t* ql
-    cdef double big_x, a
+    cdef double big_x, a, bonus = q.lead * idf if w & IX_LEAD else 0.0
     cdef uint32_t tf
     cdef int f
     if w <= 0xFF:                                     # content only: X = a / norm
-        a = q.w[0] * <double>w
-        return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a)
+        a = q.w[0] * <double>(w & IX_TF_CAP)
+        return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a) + bonus
     ql = q.qlen2 + 2 * <int64_t>d - 1                 # ql[1], ql[2]: summary, tags
-    big_x = q.w[0] * <double>(w & 0xFF) / q.qnorm[q.qlen[d]]
+    big_x = q.w[0] * <double>(w & IX_TF_CAP) / q.qnorm[q.qlen[d]]
     for f in range(1, 3):
-        tf = (w >> (8 * f)) & 0xFF
+        tf = (w >> (8 * f)) & IX_TF_CAP
         if tf:
             big_x += q.w[f] * <double>tf / q.qnorm[256 * f + ql[f]]
-    return idf * big_x / (q.k1 + big_x)
+    return idf * big_x / (q.k1 + big_x) + bonus
 
 
 cdef void _heap_check(const Eng* e) noexcept nogil:
@@ -533,9 +540,11 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
         t = (lb / (1.0 + EPS) - cum) / e.groups[g1].idf
         if t <= 0.0:
             xm = 0.0
-        elif t >= 1.0:
+        elif t >= 1.0 + q.lead:
             e.n_windows_skipped += 1
             return
+        elif t >= 1.0:                                # only lead docs can reach it
+            xm = INFINITY
         else:
             xm = q.k1 * t / (1.0 - t) * (1.0 - 1e-10)
     for i in range(ne, G):
@@ -567,8 +576,8 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             if g1 >= 0:
                 w = e.wtf[x]
                 e.wtf[x] = 0
-                if w <= 0xFF and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
-                    e.n_docs_skipped += 1             # content only, below xm even rounded up
+                if w <= IX_TF_CAP and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
+                    e.n_docs_skipped += 1             # content only, not lead, below xm
                     continue
                 s = _approx_total(q, d, w, e.groups[g1].idf)
                 if (s + cum) * (1.0 + EPS) < lb:

@@ -2,7 +2,7 @@
 
 For a CJK character whose group (the unigram and every bigram holding it, docs/SCORING.md "Term
 groups") is large, the snapshot segment keeps the group's postings merged into one list per
-field (tfs summed, capped at 255). Results must be exactly those of the group read key by key,
+field (tfs summed, capped at 127, lead flags OR-ed). Results must be exactly those of the group read key by key,
 and of the pure twin.
 """
 from __future__ import annotations
@@ -41,9 +41,9 @@ def _docs(seed: int, n: int) -> list[tuple]:
             keys.append(np.array([uni(int(rng.choice(COMMON)))], dtype=np.uint64))
         if rng.random() < 0.01:
             keys.append(np.array([bi(RARE, COMMON[0]), uni(RARE)], dtype=np.uint64))
-        if d == 17:  # tfs that sum past 255 within one group: the sum is capped
-            keys.append(np.full(200, bi(COMMON[0], COMMON[1]), dtype=np.uint64))
-            keys.append(np.full(200, bi(COMMON[1], COMMON[0]), dtype=np.uint64))
+        if d == 17:  # tfs that sum past 127 within one group, first (lead): the sum is capped
+            keys.insert(0, np.full(200, bi(COMMON[0], COMMON[1]), dtype=np.uint64))
+            keys.insert(1, np.full(200, bi(COMMON[1], COMMON[0]), dtype=np.uint64))
         content = np.concatenate(keys).astype(np.uint64)
         summary = rng.choice(bigrams, int(rng.integers(0, 3))).astype(np.uint64)
         tags = np.array([uni(COMMON[2])] if rng.random() < 0.05 else [], dtype=np.uint64)
@@ -119,9 +119,21 @@ def test_a_capped_sum_of_tfs_scores_as_the_spec_says(stored) -> None:
     with_cx = compiled.SearchIndex.from_arrays({**arrays, **derived})
     ref = _build(twin.SearchIndex, docs)
     q = np.array([uni(COMMON[0])], dtype=np.uint64)
-    d, s, _ = with_cx.search(q, 1)
-    assert d.tolist() == [17]                 # 400 occurrences, counted as 255
-    assert s.tolist() == ref.search(q, 1)[1].tolist()
+    d, s, _ = with_cx.search(q, 5000)
+    rd, rs, _ = ref.search(q, 5000)
+    assert d.tolist() == rd.tolist() and s.tolist() == rs.tolist()
+    # doc 17's 400 occurrences count as 127 (the twin caps literally): more would raise its part
+    at = d.tolist().index(17)
+    uncapped = twin.SearchIndex()
+    twin_cap = twin.TF_CAP
+    try:
+        twin.TF_CAP = 400
+        for i, args in enumerate(docs):
+            uncapped.add(i, *args)
+        ud, us, _ = uncapped.search(q, 5000)
+    finally:
+        twin.TF_CAP = twin_cap
+    assert us[ud.tolist().index(17)] > s[at]
 
 
 def test_the_char_lists_prune() -> None:

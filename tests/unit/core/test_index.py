@@ -204,7 +204,31 @@ def test_score_matches_the_formula_on_a_hand_made_corpus() -> None:
     x_s = 1.5 * 1.0 / ((1.0 - 0.75) + 0.75 * 1.0 / avg_s)
     big_x = (x_c + x_s) + 0.0
     assert docs.tolist() == [0]
-    assert bd[0].tolist() == [idf * x_c / (1.2 + big_x), idf * x_s / (1.2 + big_x), 0.0]
+    # a is among doc 0's first 16 content keys: the lead bonus, 0.3 idf, joins the content part
+    assert bd[0].tolist() == [idf * x_c / (1.2 + big_x) + 0.3 * idf, idf * x_s / (1.2 + big_x),
+                              0.0]
+
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_the_lead_bonus_goes_to_keys_among_the_first_16_content_keys(mod) -> None:
+    """Two docs of the same length and tf, the key 16th in one and 17th in the other: only
+    the first gets the bonus; a key only in the summary gets none."""
+    ix = mod.SearchIndex()
+    a, fill = 11, list(range(100, 130))
+    ix.add(0, fill[:15] + [a] + fill[15:20], [], [], [], 0, 0, 0, 50, 1, b"\x01" * 16)
+    ix.add(1, fill[:16] + [a] + fill[16:20], [], [], [], 0, 0, 0, 50, 2, b"\x02" * 16)
+    ix.add(2, fill[:21], [a], [], [], 0, 0, 0, 50, 3, b"\x03" * 16)
+    docs, scores, bd = ix.search([a], 5)
+    n, df = 3, 3
+    idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
+    x = 1.0 / ((1.0 - 0.75) + 0.75 * 21.0 / 21.0)
+    assert docs.tolist()[:2] == [0, 1]
+    assert bd[0][0] == idf * x / (1.2 + x) + 0.3 * idf
+    assert bd[1][0] == idf * x / (1.2 + x)
+    assert bd[docs.tolist().index(2)][0] == 0.0
+    ix._set_lead_weight(0.0)
+    _, scores0, _ = ix.search([a], 5)
+    assert scores0[0] == scores0[1]
 
 
 # ---- pruning -----------------------------------------------------------------------------------

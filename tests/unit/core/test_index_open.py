@@ -89,3 +89,49 @@ def test_a_damaged_list_is_found_on_first_use_and_never_read() -> None:
     # Without stored maxima, computing them decodes every list: checked at open, as before.
     with pytest.raises(ValueError, match="bad post_data_content"):
         compiled.SearchIndex.from_arrays(arrays)
+
+
+def _one_block_list_with_some_lead(arrays):
+    """(list index, offset of its lead byte, offset of its bitmap, postings) of a content list of
+    one block whose postings are partly lead (format at the top of postings.pxd)."""
+    from convmem._core import pyindex
+
+    data, offsets = arrays["post_data_content"], arrays["post_offsets_content"]
+    raw = data.tobytes()
+    for i in range(len(offsets) - 1):
+        n, pos = pyindex._read_varint(raw, int(offsets[i]))
+        _, pos = pyindex._read_varint(raw, pos)
+        if n > 128 or n % 8 == 0 or raw[pos + 1] != 2:
+            continue
+        hdr = raw[pos]
+        tb = (0, 1, 2, 8)[hdr >> 6]
+        bitmap = pos + 2 + (n * (hdr & 63) + 7) // 8 + (n * tb + 7) // 8
+        assert bitmap + (n + 7) // 8 == int(offsets[i + 1])
+        return i, pos + 1, bitmap, n
+    raise AssertionError("no such list")
+
+
+@pytest.mark.parametrize("damage", ["code", "none", "all-zero", "all-one", "padding"])
+def test_damaged_lead_flags_are_found_on_first_use(damage: str) -> None:
+    ix, _ = _index()
+    arrays = {k: np.array(v) for k, v in ix.to_arrays().items()}
+    bm = ix.block_max_arrays()
+    victim, lead_at, bitmap_at, n = _one_block_list_with_some_lead(arrays)
+    data = arrays["post_data_content"]
+    nbytes = (n + 7) // 8
+    if damage == "code":
+        data[lead_at] = 3                             # no such code
+    elif damage == "none":
+        data[lead_at] = 0                             # the bitmap is then bytes past the list
+    elif damage == "all-zero":
+        data[bitmap_at:bitmap_at + nbytes] = 0        # "some" with none set
+    elif damage == "all-one":
+        data[bitmap_at:bitmap_at + nbytes] = 0xFF
+        data[bitmap_at + nbytes - 1] = (1 << (n % 8)) - 1   # every posting set, padding clear
+    else:
+        data[bitmap_at + nbytes - 1] |= 0x80          # a padding bit (n % 8 != 0)
+    key = np.array([arrays["term_keys"][int(arrays["post_terms_content"][victim])]],
+                   dtype=np.uint64)
+    loaded = compiled.SearchIndex.from_arrays({**arrays, **bm})
+    with pytest.raises(ValueError, match="damaged posting list"):
+        loaded.search(key, 10)

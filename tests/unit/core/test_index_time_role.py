@@ -147,12 +147,13 @@ def test_role_survives_arrays_and_compaction(mod) -> None:
 
 
 def test_an_older_arrays_format_is_refused() -> None:
-    """Format 4 adds the role to doc_meta: a format-3 snapshot is re-derived from the log."""
+    """Format 4 added the role to doc_meta, format 5 the content lead flags: an older snapshot
+    is re-derived from the log."""
     ix = compiled.SearchIndex()
     ix.add(0, [5], [], [], [], 0, 0, 0, 50, 1, b"\x01" * 16)
     arrays = ix.to_arrays()
-    assert int(arrays["format"]) == 4
-    arrays["format"] = np.array(3, dtype=np.int64)
+    assert int(arrays["format"]) == 5
+    arrays["format"] = np.array(4, dtype=np.int64)
     for mod in (compiled, twin):
         with pytest.raises(ValueError, match="format"):
             mod.SearchIndex.from_arrays(arrays)
