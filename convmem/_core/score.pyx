@@ -510,6 +510,16 @@ cdef void _sort_by_bound(Eng* e) noexcept nogil:
         e.order[j + 1] = t
 
 
+cdef inline double _x_needed(const Query* q, double u) noexcept nogil:
+    """The X at which idf * X / (k1 + X) reaches u * idf (0 when u <= 0, infinite when u >= 1),
+    a little low against rounding."""
+    if u <= 0.0:
+        return 0.0
+    if u >= 1.0:
+        return INFINITY
+    return q.k1 * u / (1.0 - u) * (1.0 - 1e-10)
+
+
 cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     """A window once a k-th score is known (see "top k, document at a time" above). Liveness,
     kinds and tiers are checked while reading the postings; the session, importance and tag
@@ -518,7 +528,7 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
     cdef uint32_t x, w, d
     cdef uint64_t bits
-    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0
+    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0, xl = 0.0
     cdef double a[3]
     cdef bint alive
     for g in range(G):
@@ -535,18 +545,15 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     if ne == G - 1:
         # One essential group: a doc passes the first test when its part s reaches
         # T = lb / (1 + EPS) - cum, that is when X >= k1 * u / (1 - u), u = T / idf (loosened by
-        # 1e-10 against rounding); content-only docs are tested without a division.
+        # 1e-10 against rounding), or u - lead_w for a lead doc (its bonus is lead_w * idf);
+        # content-only docs are tested without a division, against xm (not lead) or xl (lead).
         g1 = e.order[ne]
         t = (lb / (1.0 + EPS) - cum) / e.groups[g1].idf
-        if t <= 0.0:
-            xm = 0.0
-        elif t >= 1.0 + q.lead:
+        if t >= 1.0 + q.lead:
             e.n_windows_skipped += 1
             return
-        elif t >= 1.0:                                # only lead docs can reach it
-            xm = INFINITY
-        else:
-            xm = q.k1 * t / (1.0 - t) * (1.0 - 1e-10)
+        xm = _x_needed(q, t)
+        xl = _x_needed(q, t - q.lead)
     for i in range(ne, G):
         g = e.order[i]
         ng = 0
@@ -576,8 +583,9 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             if g1 >= 0:
                 w = e.wtf[x]
                 e.wtf[x] = 0
-                if w <= IX_TF_CAP and q.w[0] * <double>w < xm * q.qnorm[q.qlen[d]]:
-                    e.n_docs_skipped += 1             # content only, not lead, below xm
+                if w <= 0xFF and q.w[0] * <double>(w & IX_TF_CAP) < (
+                        xl if w & IX_LEAD else xm) * q.qnorm[q.qlen[d]]:
+                    e.n_docs_skipped += 1             # content only, below its x even rounded up
                     continue
                 s = _approx_total(q, d, w, e.groups[g1].idf)
                 if (s + cum) * (1.0 + EPS) < lb:
