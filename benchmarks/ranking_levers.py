@@ -9,11 +9,13 @@ combines two):
 - `lead-chars`: the same bonus for the keys of the content's first 100 characters (the
   same stretch of text in both scripts: 16 keys are about 16 words of English but 16 characters
   of Japanese, whose bigrams overlap);
+- `lead-cjk`: the `lead` window of LEAD_KEYS keys with a CJK bigram counted as 0.25 key
+  (English keeps the `lead` window exactly; Japanese gets 64 characters' worth);
 - `lead-tf`: the lead keys counted LEAD_TF more times in tf instead (saturated by BM25's k1);
 - `adjacent`: a bonus of ADJ_W * the pair's smaller idf for each pair of consecutive query
   words found next to each other in the content;
 - `cjk-runs`: the bigrams of a CJK run of the query weighted 1/(bigrams in the run), so that a
-  long katakana word counts about as much as one English word;
+  long katakana word counts about as much as one English word (`cjk-runs=p`: 1/(bigrams)^p);
 - `particle`: a query's CJK bigrams that hold a particle (PARTICLES) weighted 0.5;
 - `seam`: a query's CJK bigrams that straddle a change of script (kanji/hiragana/katakana, e.g.
   の変 in パッケージの変更) weighted 0.5: most are not words;
@@ -23,7 +25,9 @@ combines two):
 - `b-cjk`: BM25's b for CJK bigram keys 0.5 (Japanese text makes about one key per character);
 - `k1=…, b=…`: BM25's own parameters (`--k1s`).
 
-A lever that takes a value is given it after `=` (`seam=0.25`, `lead-chars=64`, `b-cjk=0.9`).
+A lever that takes a value is given it after `=` (`seam=0.25`, `lead-chars=64`, `b-cjk=0.9`,
+`lead-cjk=0.5`). As the index does, a tf is capped at 255 and a lone CJK character of a query
+finds every bigram holding it.
 
     python benchmarks/ranking_levers.py [--set debian-reference] [--translated] [--lang en,ja]
         [--levers none,lead,...] [--explain 12]
@@ -55,12 +59,17 @@ from convmem._core import pytokenizer as pt  # noqa: E402
 K = 10
 LEAD_KEYS, LEAD_W, LEAD_TF = 16, 0.3, 2
 ADJ_W = 0.3
+TF_CAP = 255  # the index keeps a tf in one byte
 PARTICLES = set("のをにはがとでもへやか")
 # The levers that take a value (`seam=0.25`, `lead-chars=64`), and the value they have without.
-DEFAULTS = {"lead-chars": 100.0, "particle": 0.5, "seam": 0.5, "b-cjk": 0.5}
-LEVERS = ("none", "lead", "lead-chars", "lead-tf", "adjacent", "cjk-runs", "particle", "seam",
-          "words", "words-sqrt+seam", "b-cjk", "cjk-runs+seam", "lead+cjk-runs",
-          "lead-chars+cjk-runs", "lead+cjk-runs+seam", "lead-chars+cjk-runs+seam")
+DEFAULTS = {"lead-chars": 100.0, "lead-cjk": 0.25, "cjk-runs": 1.0, "particle": 0.5,
+            "seam": 0.5, "b-cjk": 0.5}
+NAMES = {"lead", "lead-chars", "lead-cjk", "lead-tf", "adjacent", "cjk-runs", "particle", "seam",
+         "words", "words-sqrt", "b-cjk"}
+LEVERS = ("none", "lead", "lead-chars", "lead-cjk", "lead-tf", "adjacent", "cjk-runs",
+          "cjk-runs=0.75", "particle", "seam", "words", "words-sqrt+seam", "b-cjk",
+          "cjk-runs+seam", "lead+cjk-runs", "lead-cjk+cjk-runs", "lead+cjk-runs+seam",
+          "lead-chars+cjk-runs+seam", "lead-cjk+cjk-runs+seam")
 
 
 def _is_cjk_bigram(t: str) -> bool:
@@ -99,12 +108,15 @@ class Model:
         post: dict[str, dict[int, int]] = {}
         for j, t in enumerate(self.toks):
             for key, f in Counter(t).items():
-                post.setdefault(key, {})[j] = f
+                post.setdefault(key, {})[j] = min(f, TF_CAP)  # as the index keeps it
         self.post = {key: (np.fromiter(p.keys(), int), np.fromiter(p.values(), float))
                      for key, p in post.items()}
         self.lead = self._lead_postings([t[:LEAD_KEYS] for t in self.toks])
         self._lead_chars: dict[int, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        self._lead_cjk: dict[float, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
         self.docs = docs
+        self._unigrams: set[str] = set()  # lone CJK characters whose postings are merged
+        self._unigrams_lead: set[tuple[int, str]] = set()  # ... and in which lead dictionary
         self.pos: list[list[set[str]]] | None = None  # word positions, built for `adjacent`
 
     def lead_chars(self, n: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -112,6 +124,19 @@ class Model:
         if n not in self._lead_chars:
             self._lead_chars[n] = self._lead_postings([pt.tokenize(d[:n]) for d in self.docs])
         return self._lead_chars[n]
+
+    def lead_cjk(self, r: float) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """The lead postings of the first LEAD_KEYS keys, a CJK bigram counted as `r` key."""
+        if r not in self._lead_cjk:
+            leads = []
+            for toks in self.toks:
+                n, used = 0, 0.0
+                while n < len(toks) and used + (r if _is_cjk_bigram(toks[n]) else 1) <= LEAD_KEYS:
+                    used += r if _is_cjk_bigram(toks[n]) else 1
+                    n += 1
+                leads.append(toks[:n])
+            self._lead_cjk[r] = self._lead_postings(leads)
+        return self._lead_cjk[r]
 
     @staticmethod
     def _lead_postings(leads: list[list[str]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -132,6 +157,20 @@ class Model:
             else:
                 out.append({t})
         return out
+
+    def _unigram(self, t: str) -> None:
+        """A lone CJK character of a query finds every bigram holding it, as the index does:
+        its postings become the sum of theirs (and its own)."""
+        if len(t) != 1 or not pt.is_cjk(ord(t)) or t in self._unigrams:
+            return
+        self._unigrams.add(t)
+        tf: Counter = Counter()
+        for key in [k for k in self.post if k == t or (_is_cjk_bigram(k) and t in k)]:
+            for j, f in zip(*self.post[key]):
+                tf[int(j)] += int(f)
+        if tf:
+            self.post[t] = (np.fromiter(tf.keys(), int),
+                            np.fromiter((min(f, TF_CAP) for f in tf.values()), float))
 
     def idf(self, t: str) -> float:
         d = len(self.post[t][0]) if t in self.post else 0
@@ -158,7 +197,7 @@ class Model:
 
         def close_run() -> None:
             for t in run:
-                w = 1.0 / len(run) if "cjk-runs" in levers and len(run) > 1 else 1.0
+                w = len(run) ** -levers["cjk-runs"] if "cjk-runs" in levers else 1.0
                 if _is_cjk_bigram(t):
                     if "particle" in levers and PARTICLES & set(t):
                         w *= levers["particle"]
@@ -192,6 +231,7 @@ class Model:
             return out
         ids, f = self.post[t]
         idf = self.idf(t)
+        self._unigram_lead(self.lead, t)
         if "lead-tf" in levers and t in self.lead:
             in_lead = np.zeros(self.n)
             in_lead[self.lead[t][0]] = self.lead[t][1]
@@ -202,13 +242,31 @@ class Model:
         leads = [self.lead] if "lead" in levers else []
         if "lead-chars" in levers:
             leads.append(self.lead_chars(int(levers["lead-chars"])))
+        if "lead-cjk" in levers:
+            leads.append(self.lead_cjk(levers["lead-cjk"]))
         for lead in leads:
+            self._unigram_lead(lead, t)
             if t in lead:
                 out[lead[t][0]] += LEAD_W * idf
         return out
 
+    def _unigram_lead(self, lead: dict[str, tuple[np.ndarray, np.ndarray]], t: str) -> None:
+        """A lone CJK character is in a document's lead when a bigram holding it is (its
+        postings are theirs): the lead's entry for it becomes the sum of theirs."""
+        if len(t) != 1 or not pt.is_cjk(ord(t)) or (id(lead), t) in self._unigrams_lead:
+            return
+        self._unigrams_lead.add((id(lead), t))
+        tf: Counter = Counter()
+        for key in [k for k in lead if k == t or (_is_cjk_bigram(k) and t in k)]:
+            for j, f in zip(*lead[key]):
+                tf[int(j)] += int(f)
+        if tf:
+            lead[t] = (np.fromiter(tf.keys(), int), np.fromiter(tf.values(), float))
+
     def scores(self, query: str, levers: dict[str, float]) -> np.ndarray:
         toks = self.query_terms(query)
+        for t in toks:
+            self._unigram(t)
         scores = np.zeros(self.n)
         for t, w in self.weights(toks, levers).items():
             scores += w * self.parts(t, levers)
@@ -228,18 +286,19 @@ class Model:
         order = np.argsort(-scores, kind="stable")[:K]
         return [int(i) for i in order if scores[i] > 0]
 
-    def explain(self, query: str, want: int) -> str:
-        """Why the model without levers ranks another section first: each key's part in both."""
-        scores = self.scores(query, {})
+    def explain(self, query: str, want: int, lever: str = "none") -> str:
+        """Why the model with `lever` ranks another section first: each key's part in both."""
+        levers = parse(lever)
+        scores = self.scores(query, levers)
         order = np.argsort(-scores, kind="stable")
         rank = int(np.nonzero(order == want)[0][0]) + 1 if scores[want] > 0 else 0
         top = int(order[0])
         lines = [f"{query!r}: right section at rank {rank or '-'} ({scores[want]:.2f}); first "
                  f"{scores[top]:.2f} ({len(self.toks[top])} keys vs {len(self.toks[want])}): "
                  f"{self.docs[top][:70]!r}"]
-        for t, w in self.weights(self.query_terms(query), {}).items():
-            p = self.parts(t, {})
-            lines.append(f"    {t:14s} idf {self.idf(t):5.2f}  right {p[want]:5.2f}  "
+        for t, w in self.weights(self.query_terms(query), levers).items():
+            p = w * self.parts(t, levers)
+            lines.append(f"    {t:14s} idf {self.idf(t):5.2f} w {w:4.2f}  right {p[want]:5.2f}  "
                          f"first {p[top]:5.2f}")
         return "\n".join(lines)
 
@@ -268,11 +327,12 @@ def main() -> None:
     p.add_argument("--levers", default=",".join(LEVERS))
     p.add_argument("--k1s", default="1.2,1.6,2.0", help="k1 values tried without levers")
     p.add_argument("--explain", type=int, default=0, help="print N missed queries, explained")
+    p.add_argument("--explain-with", default="none", help="the lever the explained ranking uses")
     args = p.parse_args()
     for lever in args.levers.split(","):
-        unknown = set(parse(lever)) - {n for name in LEVERS for n in name.split("+")}
+        unknown = set(parse(lever)) - NAMES
         if unknown:
-            p.error(f"unknown lever {', '.join(sorted(unknown))}: one of {', '.join(LEVERS)}")
+            p.error(f"unknown lever {', '.join(sorted(unknown))}: one of {', '.join(sorted(NAMES))}")
     for lang in args.lang.split(","):
         docs, queries = rq.dataset(lang, args.set, args.translated)
         engine = rq.ConvmemEngine(docs, Path(tempfile.mkdtemp(prefix="ranking_levers_")))
@@ -288,9 +348,9 @@ def main() -> None:
             km = Model(docs, k1, 0.75)
             got = mrr([km.rank(q, "none") for q, _ in queries], queries)
             print(f"  model k1={k1} b=0.75 {'none':20s} MRR@10 {got:.4f}", flush=True)
-        missed = [(q, w) for q, w in queries if model.rank(q, "none")[:1] != [w]]
+        missed = [(q, w) for q, w in queries if model.rank(q, args.explain_with)[:1] != [w]]
         for q, want in missed[:args.explain]:
-            print(model.explain(q, want))
+            print(model.explain(q, want, args.explain_with))
 
 
 if __name__ == "__main__":
