@@ -32,7 +32,10 @@ finds every bigram holding it.
     python benchmarks/ranking_levers.py [--set debian-reference] [--translated] [--lang en,ja]
         [--levers none,lead,...] [--explain 12]
 
-Prints MRR@10 per language and lever; nothing is written. The BM25 here has one field (the
+Prints MRR@10 per language and lever, and its difference from the model without levers on the
+same queries with a 95% paired bootstrap interval; with `--translated` and both languages, the
+Japanese minus English difference per lever on the same sections, with its interval. Nothing is
+written. The BM25 here has one field (the
 set's messages have no summary or tags) and no pruning: it is a model, not the engine; the
 first line of each language is the model without levers beside convmem itself. `--explain N`
 prints N of the queries the model without levers misses (right section not first): the rank of
@@ -66,10 +69,11 @@ DEFAULTS = {"lead-chars": 100.0, "lead-cjk": 0.25, "cjk-runs": 1.0, "particle": 
             "seam": 0.5, "b-cjk": 0.5}
 NAMES = {"lead", "lead-chars", "lead-cjk", "lead-tf", "adjacent", "cjk-runs", "particle", "seam",
          "words", "words-sqrt", "b-cjk"}
-LEVERS = ("none", "lead", "lead-chars", "lead-cjk", "lead-tf", "adjacent", "cjk-runs",
-          "cjk-runs=0.75", "particle", "seam", "words", "words-sqrt+seam", "b-cjk",
-          "cjk-runs+seam", "lead+cjk-runs", "lead-cjk+cjk-runs", "lead+cjk-runs+seam",
-          "lead-chars+cjk-runs+seam", "lead-cjk+cjk-runs+seam")
+LEVERS = ("lead", "lead-chars", "lead-cjk", "lead-tf", "adjacent", "cjk-runs", "cjk-runs=0.75",
+          "particle", "seam", "words", "words-sqrt+seam", "b-cjk", "cjk-runs+seam",
+          "lead+cjk-runs", "lead-cjk+cjk-runs", "lead-chars+cjk-runs+seam",
+          "lead-cjk+cjk-runs+seam", "lead-cjk+cjk-runs+particle",
+          "lead-cjk+cjk-runs+seam+particle")
 
 
 def _is_cjk_bigram(t: str) -> bool:
@@ -313,9 +317,21 @@ def parse(lever: str) -> dict[str, float]:
     return out
 
 
+def reciprocal_ranks(ranked: list[list[int]], queries: list[tuple[str, int]]) -> np.ndarray:
+    return np.array([1.0 / (r.index(want) + 1) if want in r else 0.0
+                     for r, (_, want) in zip(ranked, queries)])
+
+
 def mrr(ranked: list[list[int]], queries: list[tuple[str, int]]) -> float:
-    return float(np.mean([1.0 / (r.index(want) + 1) if want in r else 0.0
-                          for r, (_, want) in zip(ranked, queries)]))
+    return float(reciprocal_ranks(ranked, queries).mean())
+
+
+def paired_interval(a: np.ndarray, b: np.ndarray, rounds: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of mean(b - a) over the same queries (seeded: reruns agree)."""
+    d = b - a
+    rng = np.random.default_rng(9)
+    means = d[rng.integers(0, len(d), (rounds, len(d)))].mean(axis=1)
+    return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
 def main() -> None:
@@ -333,6 +349,7 @@ def main() -> None:
         unknown = set(parse(lever)) - NAMES
         if unknown:
             p.error(f"unknown lever {', '.join(sorted(unknown))}: one of {', '.join(sorted(NAMES))}")
+    by_lang: dict[str, dict[str, np.ndarray]] = {}
     for lang in args.lang.split(","):
         docs, queries = rq.dataset(lang, args.set, args.translated)
         engine = rq.ConvmemEngine(docs, Path(tempfile.mkdtemp(prefix="ranking_levers_")))
@@ -341,9 +358,14 @@ def main() -> None:
         print(f"{args.set}{' translated' if args.translated else ''} {lang}: {len(queries)} "
               f"queries; convmem MRR@10 {ours:.4f}", flush=True)
         model = Model(docs)
+        base = reciprocal_ranks([model.rank(q, "none") for q, _ in queries], queries)
+        by_lang.setdefault(lang, {})["none"] = base
         for lever in args.levers.split(","):
-            got = mrr([model.rank(q, lever) for q, _ in queries], queries)
-            print(f"  model k1=1.2 b=0.75 {lever:20s} MRR@10 {got:.4f}", flush=True)
+            rr = reciprocal_ranks([model.rank(q, lever) for q, _ in queries], queries)
+            by_lang.setdefault(lang, {})[lever] = rr
+            lo, hi = paired_interval(base, rr)
+            print(f"  model k1=1.2 b=0.75 {lever:20s} MRR@10 {rr.mean():.4f}  vs none "
+                  f"{rr.mean() - base.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]", flush=True)
         for k1 in (float(x) for x in args.k1s.split(",") if x and float(x) != 1.2):
             km = Model(docs, k1, 0.75)
             got = mrr([km.rank(q, "none") for q, _ in queries], queries)
@@ -351,6 +373,19 @@ def main() -> None:
         missed = [(q, w) for q, w in queries if model.rank(q, args.explain_with)[:1] != [w]]
         for q, want in missed[:args.explain]:
             print(model.explain(q, want, args.explain_with))
+    if args.translated and {"en", "ja"} <= set(by_lang) and "none" in by_lang["en"]:
+        _gap(by_lang, args.set)
+
+
+def _gap(by_lang: dict[str, dict[str, np.ndarray]], name: str) -> None:
+    """Japanese minus English per lever on the same known items (--translated pairs them)."""
+    if rq.query_anchors("en", name, True) != rq.query_anchors("ja", name, True):
+        raise SystemExit("the two languages' queries are not the same sections")
+    print(f"{name} translated, ja - en on the same {len(by_lang['en']['none'])} sections:")
+    for lever, ja in by_lang["ja"].items():
+        en = by_lang["en"][lever]
+        lo, hi = paired_interval(en, ja)
+        print(f"  {lever:28s} {ja.mean() - en.mean():+.4f} [{lo:+.4f}, {hi:+.4f}]")
 
 
 if __name__ == "__main__":

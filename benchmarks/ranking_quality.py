@@ -183,6 +183,13 @@ def _query_sections(secs: list[Section]) -> list[tuple[int, Section]]:
             if s.heading and counts[s.heading.casefold()] == 1 and len(s.body) >= MIN_BODY]
 
 
+def query_anchors(lang: str, name: str, translated: bool = False) -> list[str]:
+    """The anchors of dataset(lang, name, translated)'s queries, in their order."""
+    wanted = parallel_anchors(name) if translated else None
+    return [s.anchor for _, s in _query_sections(_set_sections(lang, name))
+            if wanted is None or s.anchor in wanted]
+
+
 def parallel_anchors(name: str) -> set[str]:
     """Anchors of the sections that are queries in both languages and translated in Japanese
     (at least TRANSLATED CJK letters)."""
