@@ -360,6 +360,7 @@ def main() -> None:
         model = Model(docs)
         base = reciprocal_ranks([model.rank(q, "none") for q, _ in queries], queries)
         by_lang.setdefault(lang, {})["none"] = base
+        print(f"  model k1=1.2 b=0.75 {'none':20s} MRR@10 {base.mean():.4f}", flush=True)
         for lever in args.levers.split(","):
             rr = reciprocal_ranks([model.rank(q, lever) for q, _ in queries], queries)
             by_lang.setdefault(lang, {})[lever] = rr
