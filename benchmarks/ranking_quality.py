@@ -134,7 +134,7 @@ def sections(lang: str, name: str = "debian-reference") -> list[Section]:
     for path in files:
         page_id = name + "/" + path.name.replace(f".{lang}.", ".")  # the same in both languages
         page = path.read_text(encoding="utf-8")
-        if manual.start:
+        if manual.start and manual.start in page:
             page = page[page.find(manual.start) + len(manual.start):]
         if manual.end and manual.end in page:
             page = page[:page.rfind(manual.end)]
