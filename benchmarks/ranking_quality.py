@@ -1,12 +1,18 @@
-"""Known-item ranking quality on real text nobody here wrote: the Debian Reference, English and
+"""Known-item ranking quality on real text nobody here wrote: Debian's manuals, English and
 Japanese, against SQLite FTS5 (unicode61 and porter tokenizers, trigram for reference).
 
-The data set is built from the installed HTML (`apt-get install debian-reference-en
-debian-reference-ja`, /usr/share/debian-reference/*.{en,ja}.html): every section (h2-h5) is one
+The data set is built from a manual's installed HTML (`--set`: the Debian Reference by default,
+`apt-get install debian-reference-en debian-reference-ja`, /usr/share/debian-reference/*.{en,ja}
+.html; the Developer's Reference, the New Maintainers' Guide, the Debian Administrator's Handbook;
+`pooled`: all four, one corpus per language; see MANUALS): every section (h2-h5) is one
 message whose content is the section's text up to the next heading, without the heading. Each
 heading whose text is unique in its language and whose section has at least MIN_BODY characters
 is a query (its number, e.g. "1.1.3.", removed); the right answer is its own section. Reported:
-MRR@10 (1/rank of the right section, 0 past rank 10) and recall@10.
+MRR@10 (1/rank of the right section, 0 past rank 10) and recall@10, and for Japanese how many
+queries' sections are untranslated (less than 30% CJK letters: English text under a Japanese
+heading). `--translated` keeps only the queries of the sections that are queries in both
+languages and translated in the Japanese edition (matched by their heading's anchor), over the
+same documents: the same known items in both languages.
 
 Engines, each on the same messages and queries:
 - convmem: MemoryStore.search_messages(query, limit=10), as a client calls it;
@@ -18,9 +24,11 @@ Analyzer ablations of convmem (each a wrapper of the tokenizer that drops some o
 `--ablate stems` drops the stem keys, `--ablate joined` the joined identifier forms, `--ablate
 exactq` makes a query of several words look a stemmed word up by its exact form beside its stem
 (what token_keys gives); `--k1`, `--b` and `--weights` change the BM25F configuration of the
-index for the run. The last lines pool both languages' queries and compare with FTS5's best.
+index for the run. The last lines pool both languages' queries (en+ja) and compare with FTS5's
+best.
 
-    python benchmarks/ranking_quality.py [--lang en,ja] [--engines convmem,fts5] [--json out.json]
+    python benchmarks/ranking_quality.py [--set debian-reference] [--translated] [--lang en,ja]
+        [--engines convmem,fts5] [--json out.json]
 """
 from __future__ import annotations
 
@@ -33,9 +41,11 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,12 +54,58 @@ sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402,F401
 import _results  # noqa: E402
 
-DOC_DIR = Path("/usr/share/debian-reference")
+from convmem._core import pytokenizer as pt  # noqa: E402
+
 MIN_BODY = 200
 K = 10
 MAX_CONTENT = 60_000  # characters of a section kept (the longest tables are cut)
+TRANSLATED = 0.3  # a Japanese section with a smaller share of CJK letters is untranslated English
+
+
+@dataclass(frozen=True)
+class Manual:
+    """An installed manual in English and Japanese: its page files in reading order (globs under
+    a directory per language, `{lang}` filled in) and, where the HTML wraps the text in
+    navigation, the markers of the part of a page that is the manual's text."""
+    dirs: dict[str, str]
+    globs: tuple[str, ...]
+    packages: dict[str, str]
+    skip: tuple[str, ...] = ()       # pages that are not text (tables of contents, search)
+    start: str | None = None         # the text begins after this
+    end: str | None = None           # ... and ends before this
+
+
+_SPHINX = dict(start='<div class="body" role="main">', end='<div class="sphinxsidebar"')
+MANUALS = {
+    # DocBook, one page per chapter; its navigation footer is kept, as the first figures had it.
+    "debian-reference": Manual(
+        {"en": "/usr/share/debian-reference", "ja": "/usr/share/debian-reference"},
+        ("ch*.{lang}.html", "ap*.{lang}.html"),
+        {"en": "debian-reference-en", "ja": "debian-reference-ja"}),
+    # Sphinx, one page per chapter; the sidebar holds the page's table of contents.
+    "developers-reference": Manual(
+        {"en": "/usr/share/developers-reference", "ja": "/usr/share/developers-reference/ja"},
+        ("*.html",), {"en": "developers-reference", "ja": "developers-reference-ja"},
+        skip=("index.html", "search.html", "genindex.html", "developers-reference.html"),
+        **_SPHINX),
+    # DocBook, one page per chapter.
+    "maint-guide": Manual(
+        {"en": "/usr/share/doc/maint-guide/html", "ja": "/usr/share/doc/maint-guide-ja/html"},
+        ("*.{lang}.html",), {"en": "maint-guide", "ja": "maint-guide-ja"},
+        skip=("index.en.html", "index.ja.html"), end='<div class="navfooter">'),
+    # Publican (DocBook), one page per section.
+    "debian-handbook": Manual(
+        {"en": "/usr/share/doc/debian-handbook/html/en-US",
+         "ja": "/usr/share/doc/debian-handbook/html/ja-JP"},
+        ("*.html",), {"en": "debian-handbook", "ja": "debian-handbook"},
+        skip=("index.html",), end='<ul class="docnav">'),
+}
+# debmake-doc ships *.ja.html, but its Japanese pages are the English text (1% CJK letters).
+SETS = (*MANUALS, "pooled")
 
 _HEADING = re.compile(r"<h([2-5])\b[^>]*>(.*?)</h\1>", re.S)
+_ANCHOR = re.compile(r'(?:\bid="|href="#)([^"]+)"')
+_PERMALINK = re.compile(r'<a class="headerlink"[^>]*>.*?</a>', re.S)
 _TAG = re.compile(r"<[^>]+>")
 _NUMBER = re.compile(r"^\s*(?:[A-Z]|\d+)(?:\.\d+)*\.\s*")
 _SPACE = re.compile(r"\s+")
@@ -59,37 +115,92 @@ def _text(fragment: str) -> str:
     return _SPACE.sub(" ", html.unescape(_TAG.sub(" ", fragment))).strip()
 
 
-def sections(lang: str) -> list[tuple[str, str]]:
-    """(heading, body text) of every section of the installed Debian Reference in `lang`."""
-    out: list[tuple[str, str]] = []
-    files = sorted(DOC_DIR.glob(f"ch*.{lang}.html")) + sorted(DOC_DIR.glob(f"ap*.{lang}.html"))
+class Section(NamedTuple):
+    anchor: str   # manual/page#id of the heading, the same in both languages' editions
+    heading: str
+    body: str
+
+
+def sections(lang: str, name: str = "debian-reference") -> list[Section]:
+    """Every section (h2-h5) of an installed manual in `lang`: the text up to the next heading."""
+    manual = MANUALS[name]
+    root = Path(manual.dirs[lang])
+    files = [f for g in manual.globs for f in sorted(root.glob(g.format(lang=lang)))
+             if f.name not in manual.skip]
     if not files:
-        raise SystemExit(f"no {DOC_DIR}/*.{lang}.html: apt-get install debian-reference-{lang}")
+        raise SystemExit(f"no {root}/{manual.globs[0].format(lang=lang)}: "
+                         f"apt-get install {manual.packages[lang]}")
+    out: list[Section] = []
     for path in files:
+        page_id = name + "/" + path.name.replace(f".{lang}.", ".")  # the same in both languages
         page = path.read_text(encoding="utf-8")
+        if manual.start and manual.start in page:
+            page = page[page.find(manual.start) + len(manual.start):]
+        if manual.end and manual.end in page:
+            page = page[:page.rfind(manual.end)]
         marks = list(_HEADING.finditer(page))
         for i, m in enumerate(marks):
             end = marks[i + 1].start() if i + 1 < len(marks) else len(page)
-            heading = _NUMBER.sub("", _text(m.group(2)))
+            anchor = _ANCHOR.search(m.group(2))
+            heading = _NUMBER.sub("", _text(_PERMALINK.sub("", m.group(2))))
             body = _text(page[m.end():end])[:MAX_CONTENT]
-            out.append((heading, body))
+            out.append(Section(f"{page_id}#{anchor.group(1) if anchor else i}", heading, body))
     return out
 
 
-def dataset(lang: str) -> tuple[list[str], list[tuple[str, int]]]:
-    """Documents (section bodies) and known-item queries (heading, index of its section)."""
-    secs = sections(lang)
-    counts: dict[str, int] = {}
-    for h, _ in secs:
-        counts[h.casefold()] = counts.get(h.casefold(), 0) + 1
-    docs = [body or "-" for _, body in secs]
+def cjk_share(text: str) -> float:
+    """The share of CJK characters among the letters of `text`."""
+    letters = [c for c in text if c.isalpha()]
+    return sum(1 for c in letters if pt.is_cjk(ord(c))) / len(letters) if letters else 0.0
+
+
+def _set_sections(lang: str, name: str) -> list[Section]:
+    names = list(MANUALS) if name == "pooled" else [name]
+    return [s for n in names for s in sections(lang, n)]
+
+
+def dataset(lang: str, name: str = "debian-reference",
+            translated: bool = False) -> tuple[list[str], list[tuple[str, int]]]:
+    """Documents (section bodies) and known-item queries (heading, index of its section) of a
+    set. `translated` keeps only the queries of the sections that are queries in both languages
+    and translated in the Japanese edition (the same sections in either language); the
+    documents stay the same."""
+    secs = _set_sections(lang, name)
+    docs = [s.body or "-" for s in secs]
     first: dict[str, int] = {}
     for i, d in enumerate(docs):
         first.setdefault(d, i)
+    wanted = parallel_anchors(name) if translated else None
     # The answer is the first section with the right text (all engines see the same ids).
-    queries = [(h, first[docs[i]]) for i, (h, body) in enumerate(secs)
-               if h and counts[h.casefold()] == 1 and len(body) >= MIN_BODY]
-    return docs, queries
+    return docs, [(s.heading, first[docs[i]]) for i, s in _query_sections(secs)
+                  if wanted is None or s.anchor in wanted]
+
+
+def _query_sections(secs: list[Section]) -> list[tuple[int, Section]]:
+    """The sections whose heading is unique in the set and whose body has MIN_BODY characters."""
+    counts = Counter(s.heading.casefold() for s in secs)
+    return [(i, s) for i, s in enumerate(secs)
+            if s.heading and counts[s.heading.casefold()] == 1 and len(s.body) >= MIN_BODY]
+
+
+def query_anchors(lang: str, name: str, translated: bool = False) -> list[str]:
+    """The anchors of dataset(lang, name, translated)'s queries, in their order."""
+    wanted = parallel_anchors(name) if translated else None
+    return [s.anchor for _, s in _query_sections(_set_sections(lang, name))
+            if wanted is None or s.anchor in wanted]
+
+
+def parallel_anchors(name: str) -> set[str]:
+    """Anchors of the sections that are queries in both languages and translated in Japanese
+    (at least TRANSLATED CJK letters)."""
+    ja = {s.anchor for _, s in _query_sections(_set_sections("ja", name))
+          if cjk_share(s.body) >= TRANSLATED}
+    return ja & {s.anchor for _, s in _query_sections(_set_sections("en", name))}
+
+
+def untranslated(queries: list[tuple[str, int]], docs: list[str]) -> int:
+    """How many queries' sections have less than TRANSLATED CJK letters."""
+    return sum(1 for _, i in queries if cjk_share(docs[i]) < TRANSLATED)
 
 
 # -- engines ------------------------------------------------------------------------------------
@@ -234,6 +345,10 @@ def evaluate(engine: Any, queries: list[tuple[str, int]]) -> tuple[dict[str, flo
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lang", default="en,ja")
+    p.add_argument("--set", default="debian-reference", choices=SETS,
+                   help="the manual the known-item set is built from (pooled: all of them)")
+    p.add_argument("--translated", action="store_true",
+                   help="only the queries of sections translated in the Japanese edition")
     p.add_argument("--engines", default="convmem,fts5")
     p.add_argument("--ablate", default="", help="convmem only, +-joined: stems (no stem keys), joined (no whole "
                         "forms of identifiers), exactq (queries of several words look a stemmed "
@@ -249,8 +364,10 @@ def main() -> None:
     results: dict[str, Any] = {}
     pooled: dict[str, list[float]] = {}
     for lang in args.lang.split(","):
-        docs, queries = dataset(lang)
-        print(f"{lang}: {len(docs)} sections, {len(queries)} queries", flush=True)
+        docs, queries = dataset(lang, args.set, args.translated)
+        print(f"{args.set} {lang}: {len(docs)} sections, {len(queries)} queries"
+              + (f" ({untranslated(queries, docs)} untranslated)" if lang == "ja" else ""),
+              flush=True)
         engines: list[tuple[str, Any]] = []
         work = Path(tempfile.mkdtemp(prefix="ranking_quality_"))
         try:
@@ -277,12 +394,13 @@ def main() -> None:
         finally:
             shutil.rmtree(work, ignore_errors=True)
     if len(results) > 1:
-        results["pooled"] = {label: {"mrr@10": round(float(np.mean(rr)), 4)}
-                             for label, rr in pooled.items()}
-        print(f"pooled ({sum(len(v) for v in list(pooled.values())[:1])} queries):")
-        for label, r in results["pooled"].items():
+        both = "+".join(results)
+        results[both] = {label: {"mrr@10": round(float(np.mean(rr)), 4)}
+                         for label, rr in pooled.items()}
+        print(f"{both} ({sum(len(v) for v in list(pooled.values())[:1])} queries):")
+        for label, r in results[both].items():
             print(f"  {label:28s} MRR@10 {r['mrr@10']:.4f}")
-        _against_fts5(results["pooled"], "  ")
+        _against_fts5(results[both], "  ")
     if args.json:
         results["machine"] = _results.machine_info()
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")

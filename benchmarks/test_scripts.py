@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -155,6 +156,36 @@ def test_ranking_quality(tmp_path: Path) -> None:
         return
     done = run("ranking_quality.py", "--lang", "en", "--engines", "convmem", data=tmp_path)
     assert "mrr" in done.stdout.lower()
+
+
+def test_ranking_quality_translated_set(tmp_path: Path) -> None:
+    """`--translated` asks the same known items in both languages, none of them untranslated."""
+    if not Path("/usr/share/doc/maint-guide-ja/html").is_dir():
+        done = run("ranking_quality.py", "--set", "maint-guide", "--lang", "ja", data=tmp_path,
+                   ok=False)
+        assert done.returncode != 0 and "apt-get install maint-guide-ja" in done.stderr
+        return
+    done = run("ranking_quality.py", "--set", "maint-guide", "--translated", "--engines",
+               "convmem", data=tmp_path)
+    counts = re.findall(r"maint-guide (en|ja): \d+ sections, (\d+) queries", done.stdout)
+    assert [lang for lang, _ in counts] == ["en", "ja"] and counts[0][1] == counts[1][1]
+    assert int(counts[0][1]) > 0 and "(0 untranslated)" in done.stdout
+
+
+def test_ranking_levers_model_matches_convmem(tmp_path: Path) -> None:
+    """The levers' model without levers ranks as convmem does (maint-guide's Japanese queries
+    include a lone CJK character, 再, which the index matches against the bigrams holding it)."""
+    if not Path("/usr/share/doc/maint-guide-ja/html").is_dir():
+        done = run("ranking_levers.py", "--set", "maint-guide", "--lang", "ja", data=tmp_path,
+                   ok=False)
+        assert done.returncode != 0 and "apt-get install maint-guide-ja" in done.stderr
+        return
+    done = run("ranking_levers.py", "--set", "maint-guide", "--lang", "ja", "--levers",
+               "lead-cjk+cjk-runs+seam", "--k1s", "", data=tmp_path)
+    ours = re.search(r"convmem MRR@10 ([\d.]+)", done.stdout)
+    model = re.search(r"none\s+MRR@10 ([\d.]+)", done.stdout)
+    assert ours and model and ours.group(1) == model.group(1), done.stdout
+    assert re.search(r"lead-cjk\+cjk-runs\+seam\s+MRR@10 [\d.]+  vs none [+-]", done.stdout)
 
 
 def test_gate_smoke(tmp_path: Path) -> None:
