@@ -207,9 +207,10 @@ def untranslated(queries: list[tuple[str, int]], docs: list[str]) -> int:
 class ConvmemEngine:
     def __init__(self, docs: list[str], workdir: Path, ablate: str = "", b: float | None = None,
                  weights: tuple[float, float, float] | None = None,
-                 k1: float | None = None, lead: float | None = None) -> None:
+                 k1: float | None = None, lead: float | None = None,
+                 cjk_weights: bool = True) -> None:
         from convmem import MemoryStore
-        _configure(ablate, b, weights, k1, lead)
+        _configure(ablate, b, weights, k1, lead, cjk_weights)
         self.store = MemoryStore.open(workdir / "convmem")
         items = [{"session_id": "doc", "role": "assistant", "content": d} for d in docs]
         self.store.import_messages(items, batch_size=1000)
@@ -256,14 +257,16 @@ class Fts5Engine:
 
 # -- convmem configuration for ablations (benchmark only) ---------------------------------------
 def _configure(ablate: str, b: float | None, weights: tuple[float, float, float] | None,
-               k1: float | None = None, lead: float | None = None) -> None:
+               k1: float | None = None, lead: float | None = None,
+               cjk_weights: bool = True) -> None:
     from convmem._core import index as core_index
     from convmem._core import tokenizer as real
     from convmem.api import store as store_module
     from convmem.catalog import catalog as catalog_module
     from convmem.catalog import docs as docs_module
 
-    if b is not None or weights is not None or k1 is not None or lead is not None:
+    if b is not None or weights is not None or k1 is not None or lead is not None \
+            or not cjk_weights:
         w = weights or (1.0, 1.5, 2.0)
         bb = (b, b, 0.5) if b is not None else (0.75, 0.75, 0.5)
 
@@ -271,6 +274,7 @@ def _configure(ablate: str, b: float | None, weights: tuple[float, float, float]
             ix = core_index.SearchIndex(k1 or 1.2, w, bb)
             if lead is not None:
                 ix._set_lead_weight(lead)
+            ix._set_cjk_weights(cjk_weights)
             return ix
 
         catalog_module.core_index = SimpleNamespace(
@@ -358,6 +362,8 @@ def main() -> None:
     p.add_argument("--k1", type=float, default=None, help="convmem only: k1")
     p.add_argument("--lead", type=float, default=None,
                    help="convmem only: the lead bonus's weight (0: none; default 0.3)")
+    p.add_argument("--no-cjk-weights", action="store_true",
+                   help="convmem only: no query weights for CJK bigrams (docs/SCORING.md)")
     p.add_argument("--json", default=None, help="write the figures there too")
     args = p.parse_args()
     weights = tuple(float(x) for x in args.weights.split(",")) if args.weights else None
@@ -377,9 +383,11 @@ def main() -> None:
                         f" b={args.b}" if args.b is not None else "") + (
                         f" w={args.weights}" if args.weights else "") + (
                         f" k1={args.k1}" if args.k1 is not None else "") + (
-                        f" lead={args.lead}" if args.lead is not None else "")
+                        f" lead={args.lead}" if args.lead is not None else "") + (
+                        " -cjk-weights" if args.no_cjk_weights else "")
                     engines.append((label, ConvmemEngine(docs, work, args.ablate, args.b, weights,
-                                                          args.k1, args.lead)))
+                                                          args.k1, args.lead,
+                                                          not args.no_cjk_weights)))
                 elif name == "fts5":
                     for tok in ("unicode61", "porter unicode61", "trigram"):
                         engines.append((f"fts5-{tok.split()[0]}", Fts5Engine(docs, tok)))

@@ -28,6 +28,7 @@ cdef enum:
 cdef class SearchIndex:
     cdef double _k1
     cdef double _lead
+    cdef bint _cjk_weights
     cdef double _w[3]
     cdef double _b[3]
     cdef int64_t _n_docs
@@ -99,8 +100,10 @@ cdef class SearchIndex:
     cdef int _maybe_merge(self) except -1
     cdef int _grow_scratch(self) except -1
     cdef int _prepare(self, Query* q, int64_t n, const int64_t* sum_len) except -1
+    # weights: the query's CJK bigram weights by key (query_weights), {} for none
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,
-                              const int64_t* fdf, int64_t nfdf, list out_df) except -1
+                              const int64_t* fdf, int64_t nfdf, list out_df,
+                              dict weights) except -1
     cdef int _add_list(self, Query* q, Group* g, const FieldPostings* fp, int64_t li, int s,
                        int f) except -1
     cdef int _build_cx(self) except -1

@@ -64,7 +64,39 @@ from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _gro
 cnp.import_array()
 
 ARRAYS_FORMAT = IX_ARRAYS_FORMAT
-# The lead bonus: a group found among a doc's first IX_LEAD_KEYS content keys adds this times its
+SEAM_WEIGHT = 0.5
+
+
+cdef inline int _cjk_script(uint64_t cp) noexcept:
+    return 1 if 0x3040 <= cp <= 0x309F else (2 if 0x30A0 <= cp <= 0x30FF else 0)
+
+
+def query_weights(keys) -> dict:
+    """The weights of the query's CJK bigram keys (docs/SCORING.md "Query weights"), by key;
+    a key not in the dict weighs 1. `keys`: the query keys in query order."""
+    cdef const uint64_t[::1] qk = _keys_array(keys)
+    cdef int64_t n = qk.shape[0], i = 0, j, r
+    cdef uint64_t a, b
+    cdef double w
+    cdef dict out = {}
+    while i < n:
+        if qk[i] >> 62 != 2:
+            i += 1
+            continue
+        j = i + 1                                     # the run: each bigram starts where the last ended
+        while j < n and qk[j] >> 62 == 2 and (qk[j] >> 21) & CP_MASK == qk[j - 1] & CP_MASK:
+            j += 1
+        for r in range(i, j):
+            w = 1.0 / <double>(j - i)
+            a = (qk[r] >> 21) & CP_MASK
+            b = qk[r] & CP_MASK
+            if _cjk_script(a) != _cjk_script(b):
+                w = w * SEAM_WEIGHT
+            if out.get(qk[r], 0.0) < w:               # a key given twice: its larger weight
+                out[qk[r]] = w
+        i = j
+    return {key: w for key, w in out.items() if w != 1.0}
+# The lead bonus: a group found in a doc's lead (its first IX_LEAD_KEYS content keys) adds this times its
 # idf to the content part (docs/SCORING.md "Per-document parts").
 LEAD_WEIGHT = 0.3
 LEAD_KEYS = IX_LEAD_KEYS
@@ -186,6 +218,7 @@ cdef class SearchIndex:
         k1, weights, b = _check_config(k1, weights, b)
         self._k1 = k1
         self._lead = LEAD_WEIGHT
+        self._cjk_weights = True
         for f in range(3):
             self._w[f] = weights[f]
             self._b[f] = b[f]
@@ -390,6 +423,8 @@ cdef class SearchIndex:
         cdef uint32_t v
         cdef uint8_t* hc
         cdef uint8_t* cnt
+        cdef int64_t lead_used = 0, lead_cost
+        cdef bint lead_open = f == 0
         if n == 0:
             return 0
         while cap < 2 * n:
@@ -413,8 +448,13 @@ cdef class SearchIndex:
                 hc[h] = 1
             elif (hc[h] & IX_TF_CAP) < IX_TF_CAP:
                 hc[h] += 1
-            if f == 0 and i < IX_LEAD_KEYS:           # the tf byte's lead flag (docs/SCORING.md)
-                hc[h] |= IX_LEAD
+            if lead_open:                             # the tf byte's lead flag (docs/SCORING.md)
+                lead_cost = 1 if key >> 62 == 2 else 4    # quarter keys: a CJK bigram is one
+                if lead_used + lead_cost <= 4 * IX_LEAD_KEYS:
+                    lead_used += lead_cost
+                    hc[h] |= IX_LEAD
+                else:
+                    lead_open = False
         for i in range(m):
             h = <int64_t>sk[i]
             sk[i] = hk[h]
@@ -720,7 +760,8 @@ cdef class SearchIndex:
         return 0
 
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,
-                              const int64_t* fdf, int64_t nfdf, list out_df) except -1:
+                              const int64_t* fdf, int64_t nfdf, list out_df,
+                              dict weights) except -1:
         """Resolve the query into groups (docs/SCORING.md) with their posting lists, df and idf.
 
         Groups that occur in no live doc are left out: they add nothing to any score, and their
@@ -834,6 +875,8 @@ cdef class SearchIndex:
                 continue
             g.df = df
             g.idf = log(1.0 + (<double>(q.n_live - df) + 0.5) / (<double>df + 0.5))
+            if key in weights:
+                g.idf = <double>weights[key] * g.idf
             G += 1
         self._q_groups.len = G
         return G
@@ -942,7 +985,8 @@ cdef class SearchIndex:
         out_df = []
         G = self._make_groups(&q, _ptr(qk), qk.shape[0],
                               &fdf[0] if fdf is not None and fdf.shape[0] else NULL,
-                              fdf.shape[0] if fdf is not None else -1, out_df)
+                              fdf.shape[0] if fdf is not None else -1, out_df,
+                              query_weights(qk) if self._cjk_weights else {})
         self.last_stats = (n_stat, (sum_stat[0], sum_stat[1], sum_stat[2]), tuple(out_df))
         if G == 0:
             return _empty_result()
@@ -1014,6 +1058,10 @@ cdef class SearchIndex:
             raise ValueError("the lead weight must be >= 0")
         self._lead = w
 
+    def _set_cjk_weights(self, bint on) -> None:
+        """Benchmarks: weigh the query's CJK bigrams (docs/SCORING.md "Query weights") or not."""
+        self._cjk_weights = on
+
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
         if n <= 0 or n % 64 != 0 or n > IX_WINDOW:
@@ -1032,6 +1080,7 @@ cdef class SearchIndex:
         cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
                                           (self._b[0], self._b[1], self._b[2]))
         out._lead = self._lead
+        out._cjk_weights = self._cjk_weights
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
         cdef int64_t i, j, o, nt, cap
         cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)

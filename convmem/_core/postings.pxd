@@ -6,7 +6,7 @@
 # called once per list check, once per segment build and once per merge.
 #
 # One posting list (one term, one field, one segment; doc ids ascending, tf 1..127; a content
-# posting also carries its lead flag: the key is among its doc's first IX_LEAD_KEYS content keys):
+# posting also carries its lead flag: the key is in its doc's lead, docs/SCORING.md):
 #
 #   varint n                      postings in the list (>= 1); LEB128, 7 bits a byte, low first
 #   varint first                  the first doc id (absolute: a list reads the same in any segment)
@@ -40,7 +40,7 @@ cdef enum:
     IX_BLOCK = 128          # postings per compressed block
     IX_TF_CAP = 127         # tf saturates here (seven bits: the tf byte's bit 7 is IX_LEAD)
     IX_LEAD = 0x80          # a decoded tf byte's lead flag (content postings)
-    IX_LEAD_KEYS = 16       # a content key is lead in a doc when among its first 16 content keys
+    IX_LEAD_KEYS = 16       # the lead: the first 16 content keys (a CJK bigram a quarter key)
     IX_ULID = 16
     IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, 3-4 tier, 5-6 role
 

@@ -17,8 +17,47 @@ ARRAYS_FORMAT = 5  # 4: doc_meta holds the role in bits 5-6; 5: content lead fla
 BLOCK = 128  # postings per compressed block
 TF_CAP = 127
 LEAD_BIT = 0x80  # a content tf byte's lead flag (docs/SCORING.md)
-LEAD_KEYS = 16  # a content key is lead in a doc when among its first 16 content keys
+LEAD_KEYS = 16  # the lead: the first 16 content keys (a CJK bigram a quarter key)
 LEAD_WEIGHT = 0.3  # a lead group adds this times its idf to the content part
+SEAM_WEIGHT = 0.5  # a query's CJK bigram across a change of script (docs/SCORING.md)
+
+
+def _lead_keys(content: list[int]) -> frozenset:
+    """The content keys that are lead: the longest prefix of at most LEAD_KEYS keys, a CJK
+    bigram counted as a quarter key."""
+    used, lead = 0, []
+    for key in content:
+        cost = 1 if key >> 62 == 0b10 else 4
+        if used + cost > 4 * LEAD_KEYS:
+            break
+        used += cost
+        lead.append(key)
+    return frozenset(lead)
+
+
+def _script(cp: int) -> int:
+    return 1 if 0x3040 <= cp <= 0x309F else (2 if 0x30A0 <= cp <= 0x30FF else 0)
+
+
+def query_weights(keys) -> dict[int, float]:
+    """The weights of the query's CJK bigram keys (docs/SCORING.md "Query weights")."""
+    qk = _as_keys(keys)
+    out: dict[int, float] = {}
+    i = 0
+    while i < len(qk):
+        if qk[i] >> 62 != 0b10:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(qk) and qk[j] >> 62 == 0b10 and (qk[j] >> 21) & _CP_MASK == qk[j - 1] & _CP_MASK:
+            j += 1
+        for key in qk[i:j]:
+            w = 1.0 / float(j - i)
+            if _script((key >> 21) & _CP_MASK) != _script(key & _CP_MASK):
+                w = w * SEAM_WEIGHT
+            out[key] = max(out.get(key, 0.0), w)
+        i = j
+    return {key: w for key, w in out.items() if w != 1.0}
 MAX_KIND = 5
 MAX_TIER = 3
 MAX_ROLE = 2
@@ -201,6 +240,7 @@ class SearchIndex:
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)) -> None:
         self._k1, self._w, self._b = _check_weights(k1, weights, b)
         self._lead = LEAD_WEIGHT
+        self._cjk_weights = True
         self._docs: list[_Doc] = []
         self._term_ids: dict[int, int] = {}
         self._term_keys: list[int] = []
@@ -229,6 +269,9 @@ class SearchIndex:
         if not w >= 0:
             raise ValueError("the lead weight must be >= 0")
         self._lead = float(w)
+
+    def _set_cjk_weights(self, on: bool) -> None:
+        self._cjk_weights = bool(on)
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
@@ -270,7 +313,7 @@ class SearchIndex:
             tags=tuple(_as_keys(tag_hashes)), session=int(session), kind=int(kind),
             tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
             role=int(role), keys=frozenset().union(*fields),
-            lead=frozenset(fields[0][:LEAD_KEYS])))
+            lead=_lead_keys(fields[0])))
 
     def remove(self, doc: int, content_keys=None, summary_keys=None, tag_keys=None) -> None:
         """The keys, when given, must be those `add` got (the compiled module lowers df by them)."""
@@ -350,7 +393,8 @@ class SearchIndex:
         if stats is not None and len(stats[2]) != len(qgroups):
             raise ValueError(f"stats hold {len(stats[2])} df values for {len(qgroups)} "
                              "distinct query keys")
-        for gi, (_, keys) in enumerate(qgroups):
+        weights = query_weights(query_keys) if self._cjk_weights else {}
+        for gi, (qkey, keys) in enumerate(qgroups):
             if stats is not None:
                 df = int(stats[2][gi])
             else:
@@ -359,6 +403,8 @@ class SearchIndex:
             if df == 0:
                 continue
             idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
+            if qkey in weights:
+                idf = weights[qkey] * idf
             groups.append((keys, idf))
         self.last_stats = (n, tuple(totals), tuple(dfs))
         hits = []
@@ -406,6 +452,7 @@ class SearchIndex:
         keep = [tid for tid in range(len(self._term_keys)) if self._live_df(tid) > 0]
         out = SearchIndex(self._k1, self._w, self._b)
         out._lead = self._lead
+        out._cjk_weights = self._cjk_weights
         out._term_keys = [self._term_keys[t] for t in keep]
         out._term_ids = {key: i for i, key in enumerate(out._term_keys)}
         old_to_new = np.full(len(self._docs), -1, dtype=np.int64)

@@ -1012,3 +1012,54 @@ def test_threads_can_share_an_index() -> None:
     tw = build(twin.SearchIndex, docs, {d // 2 for d in range(0, 6000, 50)})
     for q in queries[:10]:
         assert_same(ix.search(q, 10), tw.search(q, 10))
+
+
+def _bigram(a: str, b: str) -> int:
+    return (0b10 << 62) | (ord(a) << 21) | ord(b)
+
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_a_cjk_bigram_counts_as_a_quarter_key_in_the_lead(mod) -> None:
+    """60 CJK bigrams use 15 of the 16 keys of the lead: one more key fits, a second does not."""
+    ix = mod.SearchIndex()
+    cjk = [_bigram("日", chr(0x4E00 + i)) for i in range(60)]
+    a, b_ = 11, 22
+    ix.add(0, cjk + [a, b_], [], [], [], 0, 0, 0, 50, 1, b"\x01" * 16)
+    ix.add(1, [7] * 62, [], [], [], 0, 0, 0, 50, 2, b"\x02" * 16)
+    for key, lead in ((a, True), (b_, False), (cjk[59], True)):
+        docs, _, bd = ix.search([key], 5)
+        n, df = 2, 1
+        idf = math.log(1.0 + (float(n - df) + 0.5) / (float(df) + 0.5))
+        x = 1.0 / ((1.0 - 0.75) + 0.75 * 62.0 / 62.0)
+        assert docs.tolist() == [0]
+        assert bd[0][0] == idf * x / (1.2 + x) + (0.3 * idf if lead else 0.0)
+
+
+def test_query_weights_follow_the_runs_and_the_seams() -> None:
+    """ファイル: one run of 3 bigrams, all katakana (1/3 each); の設 and ル の straddle scripts."""
+    fa, ai, iru = _bigram("フ", "ァ"), _bigram("ァ", "イ"), _bigram("イ", "ル")
+    runo, nose, settei = _bigram("ル", "の"), _bigram("の", "設"), _bigram("設", "定")
+    alone = _bigram("東", "京")
+    for mod in (compiled, twin):
+        assert mod.query_weights([fa, ai, iru]) == {fa: 1 / 3, ai: 1 / 3, iru: 1 / 3}
+        w = mod.query_weights([fa, ai, iru, runo, nose, settei])
+        assert w == {fa: 1 / 6, ai: 1 / 6, iru: 1 / 6, runo: 1 / 6 * 0.5, nose: 1 / 6 * 0.5,
+                     settei: 1 / 6}
+        # a lone bigram weighs 1 (left out); a key given alone and in a run keeps the larger
+        assert mod.query_weights([alone, 5]) == {}
+        assert mod.query_weights([fa, 5, fa, ai]) == {ai: 0.5}
+        assert mod.query_weights([_bigram("東", "の")]) == {_bigram("東", "の"): 0.5}
+
+
+@pytest.mark.parametrize("mod", [compiled, twin])
+def test_a_weighted_group_scales_its_idf(mod) -> None:
+    fa, ai = _bigram("フ", "ァ"), _bigram("ァ", "イ")
+    ix = mod.SearchIndex()
+    ix.add(0, [fa, ai, 9], [], [], [], 0, 0, 0, 50, 1, b"\x01" * 16)
+    ix.add(1, [9, 9, 9], [], [], [], 0, 0, 0, 50, 2, b"\x02" * 16)
+    _, s_weighted, _ = ix.search([fa, ai], 2)
+    ix._set_cjk_weights(False)
+    _, s_plain, _ = ix.search([fa, ai], 2)
+    # both groups weigh 1/2: the score (a sum of parts linear in idf) halves
+    assert s_weighted[0] == pytest.approx(s_plain[0] / 2, rel=1e-12)
+    assert s_weighted[0] < s_plain[0]
