@@ -65,8 +65,9 @@ def test_filters_and_cursor_against_the_model(msgs, flt, changes, limit, query) 
                 store.delete_message(message_id=mid)
                 gone.add(mid)
             elif op == "update" and mid not in gone:
-                store.update_message(message_id=mid, content=" ".join(words))
-                gone.add(mid)  # a new version: left out of later pages
+                if store.update_message(message_id=mid, content=" ".join(words))["changed"]:
+                    gone.add(mid)  # a new version: left out of later pages
+                # (the same content again is a no-op, the spec says: the message stays as it was)
             elif op == "write":
                 store.write_message(session_id="s0", role="user", content=" ".join(words))
         cursor = res.get("nextCursor")
