@@ -37,7 +37,7 @@ index holds the index's own lock, so threads may share an index (one operation a
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc
-from libc.math cimport log
+from libc.math cimport log, sqrt
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
@@ -87,7 +87,7 @@ def query_weights(keys) -> dict:
         while j < n and qk[j] >> 62 == 2 and (qk[j] >> 21) & CP_MASK == qk[j - 1] & CP_MASK:
             j += 1
         for r in range(i, j):
-            w = 1.0 / <double>(j - i)
+            w = 1.0 / sqrt(<double>(j - i))
             a = (qk[r] >> 21) & CP_MASK
             b = qk[r] & CP_MASK
             if _cjk_script(a) != _cjk_script(b):

@@ -332,6 +332,21 @@ cdef inline void _block_header(const PList* L, int64_t j, BlockHdr* h) noexcept 
               and h.lp + ((h.cnt + 7) // 8 if h.lc == 2 else 0) <= L.end)
 
 
+cdef inline void _or_lead_bits(const uint8_t* lp, int64_t cnt, uint8_t* tfs) noexcept nogil:
+    """Set IX_LEAD in tfs[i] for each bit i of the bitmap lp, eight at a time: the byte is copied
+    into the eight bytes of a word, byte k keeps bit k, and adding 0x7F to each carries it into
+    bit 7 (no carry crosses bytes). tfs has room for IX_BLOCK bytes: a last partial group writes
+    only zeros' ORs past cnt (the bitmap's padding bits are 0)."""
+    cdef uint64_t w, t
+    cdef int64_t b
+    for b in range((cnt + 7) >> 3):
+        w = ((<uint64_t>lp[b] * <uint64_t>0x0101010101010101) & <uint64_t>0x8040201008040201)
+        w = (w + <uint64_t>0x7F7F7F7F7F7F7F7F) & <uint64_t>0x8080808080808080
+        memcpy(&t, tfs + 8 * b, 8)
+        t |= w
+        memcpy(tfs + 8 * b, &t, 8)
+
+
 cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* tfs) noexcept nogil:
     """Decode block j of L into docs (and tfs unless NULL); returns its posting count."""
     cdef BlockHdr h
@@ -376,8 +391,7 @@ cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* t
             for i in range(cnt):
                 tfs[i] |= IX_LEAD
         elif h.lc == 2:
-            for i in range(cnt):
-                tfs[i] |= <uint8_t>(((h.lp[i >> 3] >> (i & 7)) & 1) << 7)
+            _or_lead_bits(h.lp, cnt, tfs)
     return cnt
 
 

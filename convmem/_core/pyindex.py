@@ -52,7 +52,7 @@ def query_weights(keys) -> dict[int, float]:
         while j < len(qk) and qk[j] >> 62 == 0b10 and (qk[j] >> 21) & _CP_MASK == qk[j - 1] & _CP_MASK:
             j += 1
         for key in qk[i:j]:
-            w = 1.0 / float(j - i)
+            w = 1.0 / math.sqrt(float(j - i))
             if _script((key >> 21) & _CP_MASK) != _script(key & _CP_MASK):
                 w = w * SEAM_WEIGHT
             out[key] = max(out.get(key, 0.0), w)

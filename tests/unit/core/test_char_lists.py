@@ -8,6 +8,7 @@ and of the pure twin.
 from __future__ import annotations
 
 import importlib
+import math
 
 import numpy as np
 import pytest
@@ -207,13 +208,14 @@ def test_char_list_sections_that_do_not_fit_are_rejected(stored, damage: str) ->
 
 
 def test_chained_bigram_queries_weigh_the_same_with_and_without_char_lists(stored) -> None:
-    """A run of bigrams (東京, 京会) weighs each 1/2 (docs/SCORING.md "Query weights")."""
+    """A run of bigrams (東京, 京会) weighs each 1/sqrt(2) (docs/SCORING.md "Query weights")."""
     docs, _, arrays, derived = stored
     with_cx = compiled.SearchIndex.from_arrays({**arrays, **derived})
     ref = _build(twin.SearchIndex, docs)
     q = np.array([bi(COMMON[0], COMMON[1]), bi(COMMON[1], COMMON[2]), uni(COMMON[3])],
                  dtype=np.uint64)
-    assert compiled.query_weights(q) == {int(q[0]): 0.5, int(q[1]): 0.5}
+    r2 = 1 / math.sqrt(2)
+    assert compiled.query_weights(q) == {int(q[0]): r2, int(q[1]): r2}
     for k in (1, 20):
         a, b = with_cx.search(q, k), ref.search(q, k)
         assert a[0].tolist() == b[0].tolist() and a[1].tolist() == b[1].tolist()

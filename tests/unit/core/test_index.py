@@ -1036,18 +1036,19 @@ def test_a_cjk_bigram_counts_as_a_quarter_key_in_the_lead(mod) -> None:
 
 
 def test_query_weights_follow_the_runs_and_the_seams() -> None:
-    """ファイル: one run of 3 bigrams, all katakana (1/3 each); の設 and ル の straddle scripts."""
+    """ファイル: one run of 3 bigrams, all katakana (1/sqrt(3) each); の設 and ルの straddle
+    scripts."""
     fa, ai, iru = _bigram("フ", "ァ"), _bigram("ァ", "イ"), _bigram("イ", "ル")
     runo, nose, settei = _bigram("ル", "の"), _bigram("の", "設"), _bigram("設", "定")
     alone = _bigram("東", "京")
     for mod in (compiled, twin):
-        assert mod.query_weights([fa, ai, iru]) == {fa: 1 / 3, ai: 1 / 3, iru: 1 / 3}
+        r3, r6 = 1 / math.sqrt(3), 1 / math.sqrt(6)
+        assert mod.query_weights([fa, ai, iru]) == {fa: r3, ai: r3, iru: r3}
         w = mod.query_weights([fa, ai, iru, runo, nose, settei])
-        assert w == {fa: 1 / 6, ai: 1 / 6, iru: 1 / 6, runo: 1 / 6 * 0.5, nose: 1 / 6 * 0.5,
-                     settei: 1 / 6}
+        assert w == {fa: r6, ai: r6, iru: r6, runo: r6 * 0.5, nose: r6 * 0.5, settei: r6}
         # a lone bigram weighs 1 (left out); a key given alone and in a run keeps the larger
         assert mod.query_weights([alone, 5]) == {}
-        assert mod.query_weights([fa, 5, fa, ai]) == {ai: 0.5}
+        assert mod.query_weights([fa, 5, fa, ai]) == {ai: 1 / math.sqrt(2)}
         assert mod.query_weights([_bigram("東", "の")]) == {_bigram("東", "の"): 0.5}
 
 
@@ -1060,6 +1061,6 @@ def test_a_weighted_group_scales_its_idf(mod) -> None:
     _, s_weighted, _ = ix.search([fa, ai], 2)
     ix._set_cjk_weights(False)
     _, s_plain, _ = ix.search([fa, ai], 2)
-    # both groups weigh 1/2: the score (a sum of parts linear in idf) halves
-    assert s_weighted[0] == pytest.approx(s_plain[0] / 2, rel=1e-12)
+    # both groups weigh 1/sqrt(2): the score (a sum of parts linear in idf) with them
+    assert s_weighted[0] == pytest.approx(s_plain[0] / math.sqrt(2), rel=1e-12)
     assert s_weighted[0] < s_plain[0]
