@@ -153,7 +153,7 @@ def _recent_sessions(reader: RecordReader) -> list[dict[str, Any]]:
     cat = reader.catalog
     out = []
     for num in cat.recall.recent_sessions(RECENT_SESSIONS):
-        s = cat.sessions.by_num[num]
+        s = cat.sessions.at(num)
         out.append({"session_id": s.name, "message_count": s.n, "last_message_at": s.last_message_at,
                     "content": one_line(representative(reader, s))})
     return out

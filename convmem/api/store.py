@@ -727,7 +727,7 @@ class MemoryStore(RecallTools, TrashTools):
                 nums = [s.num] if s is not None and s.n else []
             else:
                 nums = [num for _, _, num in sessions.ordered()]
-            slots = [int(x) for num in nums for x in sessions.by_num[num].slots[: sessions.by_num[num].n]]
+            slots = [int(x) for s in map(sessions.at, nums) for x in s.slots[: s.n]]
         for slot in slots:
             with self._mutex:
                 self._check_open()

@@ -128,7 +128,7 @@ def session_list(reader: RecordReader, cursors: Cursors, limit: int, cursor: Any
     step = -1 if desc else 1
     i = start
     while 0 <= i < len(order) and len(out) < limit:
-        s = cat.sessions.by_num[order[i][2]]
+        s = cat.sessions.at(order[i][2])
         item = {
             "session_id": s.name,
             "message_count": s.n,

@@ -89,7 +89,7 @@ class Catalog:
         return int(self.doc_offset.data[doc]), int(self.doc_len.data[doc])
 
     def session_of_slot(self, slot: int) -> Session:
-        return self.sessions.by_num[int(self.slot_session.data[slot])]
+        return self.sessions.at(int(self.slot_session.data[slot]))
 
     def neighbours(self, slot: int, before: int, after: int) -> tuple[list[int], list[int], Session]:
         """The slots of up to `before` earlier and `after` later messages of the slot's session."""
@@ -146,7 +146,7 @@ class Catalog:
     def stage_new(self, rec: Record, offset: int, frame_len: int, prep: Prepared) -> int:
         """A new message's doc, numbered as commit_new will number its slot and session."""
         s = self.sessions.get(rec[R_SESSION_ID])
-        num = s.num if s is not None else len(self.sessions.by_num)
+        num = s.num if s is not None else len(self.sessions)
         return self._add_doc(rec, offset, frame_len, len(self.ids), num, prep)
 
     def stage_version(self, rec: Record, offset: int, frame_len: int, slot: int,
@@ -173,7 +173,7 @@ class Catalog:
         self.slot_session.append(num)
         self.slot_ts.append(ts)
         self.sessions.insert(num, ts, slot, ulid, rec[R_KIND])
-        self.recall.touch_session(self.sessions.by_num[num])
+        self.recall.touch_session(self.sessions.at(num))
         self.relations.add_new(slot, rec[R_RELATIONS])
         self._count_version(rec, frame_len)
         return slot
@@ -193,7 +193,7 @@ class Catalog:
                 self.sessions.change_kind(num, old_kind, kind)
         else:
             self.sessions.insert(num, int(self.slot_ts.data[slot]), slot, rec[R_ULID], kind)
-            self.recall.touch_session(self.sessions.by_num[num])
+            self.recall.touch_session(self.sessions.at(num))
             self.trash.discard(slot)  # a deleted message's version again: it is restored
         self.slot_doc.writable()[slot] = doc
         self.recall.replace(slot, rec, old_doc >= 0, None if prep is None else prep.keys[0])
@@ -267,7 +267,7 @@ class Catalog:
         """Apply appended records of new messages (ids checked unused) as apply_message would
         one by one, with each column extended once for the batch."""
         index, ids, sessions, relations = self.index, self.ids, self.sessions, self.relations
-        by_name, by_num = sessions.by_name, sessions.by_num
+        session_at = sessions.at
         doc0 = index.n_docs
         slot0 = len(ids)
         token_keys = tokenizer.token_keys
@@ -281,8 +281,8 @@ class Catalog:
             for doc, rec in enumerate(recs, start=doc0):
                 ulid, ts, kind, summary, tags = (rec[R_ULID], rec[R_TIMESTAMP], rec[R_KIND],
                                                  rec[R_SUMMARY], rec[R_TAGS])
-                s = by_name.get(rec[R_SESSION_ID])
-                num = s.num if s is not None else len(by_num)
+                s = sessions.get(rec[R_SESSION_ID])
+                num = s.num if s is not None else len(sessions)
                 if tags:
                     tagged = by_tags.get(tuple(tags))
                     if tagged is None:
@@ -298,7 +298,7 @@ class Catalog:
                 if s is None:
                     sessions.number(rec[R_SESSION_ID])
                 sessions.insert(num, ts, slot, ulid, kind)
-                self.recall.touch_session(by_num[num])
+                self.recall.touch_session(session_at(num))
                 if rec[R_RELATIONS]:
                     relations.add_new(slot, rec[R_RELATIONS])
                 nums.append(num)
@@ -372,16 +372,16 @@ class Catalog:
                                        Callable[[], dict[str, np.ndarray]]]:
         """(meta, the frozen sections, a function that returns the histories' sections of
         this moment: concatenated when called, from SessionIndex.freeze's views)."""
-        sessions = self.sessions.by_num
         meta = {
-            **_versions_meta(sessions),
+            **_versions_meta(self.sessions.names),
             "last_seq": self.last_seq,
             "last_record_offset": self.last_record_offset,
             "update_records": self.update_records,
             "deleted_messages": self.deleted_messages,
             "live_bytes": self.live_bytes,
         }
-        meta["recall_tagsets"], recall_arrays = self.recall.sections()
+        recall_meta, recall_arrays = self.recall.sections()
+        meta.update(recall_meta)
         arrays = {
             "slot_ulid": self.ids.keys_array(share=True),
             "id_table": self.ids.table_array(),
@@ -418,7 +418,7 @@ class Catalog:
                           arrays["hist_slots"], arrays["kind_counts"])
         cat.relations = RelationIndex.from_arrays(arrays["rel_src"], arrays["rel_type"],
                                                   arrays["rel_target"])
-        cat.recall = RecallKeys.from_sections(meta["recall_tagsets"], arrays, cat.slot_doc)
+        cat.recall = RecallKeys.from_sections(meta, arrays, cat.slot_doc)
         cat.recall.load_sessions(arrays["hist_off"], arrays["hist_ts"])
         cat.index = core_index.SearchIndex.from_arrays(
             {k[3:]: a for k, a in arrays.items() if k.startswith("ix.")})
@@ -454,12 +454,13 @@ class Catalog:
         flags[new_docs] = self.doc_flags.data[old_docs]
         # Sessions without live messages are dropped (their ids belong to deleted messages);
         # the others are renumbered densely, in the index's doc columns too.
-        sessions = [s for s in self.sessions.by_num if s.n]
-        session_map = np.full(max(1, len(self.sessions.by_num)), -1, dtype=np.int64)
+        sessions = [s for s in self.sessions.all() if s.n]
+        session_map = np.full(max(1, len(self.sessions)), -1, dtype=np.int64)
         for i, s in enumerate(sessions):
             session_map[s.num] = i
-        meta = _versions_meta(sessions)
-        meta["recall_tagsets"], recall_arrays = self.recall.sections(live_slots)
+        meta = _versions_meta([s.name for s in sessions])
+        recall_meta, recall_arrays = self.recall.sections(live_slots)
+        meta.update(recall_meta)
         live_ids = self.ids.keys_array()[live_slots]
         arrays = {
             "slot_ulid": live_ids,
@@ -506,27 +507,58 @@ class Catalog:
         }
 
 
-def _versions_meta(sessions: list[Session]) -> dict[str, Any]:
+def _versions_meta(session_names: list[str]) -> dict[str, Any]:
     return {
         "state_version": STATE_VERSION,
         "tokenizer_version": tokenizer.TOKENIZER_VERSION,
         "unicode_version": tokenizer.UNICODE_VERSION,
-        "sessions": [s.name for s in sessions],
+        "sessions": list(session_names),  # (a copy: the live list grows on)
     }
 
 
 def _history_arrays(frozen: Histories, slot_map: np.ndarray | None = None,
                     ) -> dict[str, np.ndarray]:
     """Each session's history (SessionIndex.freeze, sessions.histories), concatenated
-    (hist_*[off[i]:off[i+1]]), slots optionally remapped."""
-    ts_arrays, slot_arrays, ns, counts = frozen
-    hist_off = np.zeros(len(ns) + 1, dtype=np.int64)
+    (hist_*[off[i]:off[i+1]]), slots optionally remapped. A run of sessions left to the loaded
+    sections is one slice of them (they hold those sessions in the same order)."""
+    count, made, loaded = frozen.count, frozen.made, frozen.loaded
+    n_kinds = len(KINDS)
+    ns = np.zeros(count, dtype=np.int64)
+    counts = np.zeros((count, n_kinds), dtype=np.int64)
+    n_loaded = 0
+    if loaded is not None:
+        l_off, l_ts, l_slots, l_counts = loaded
+        n_loaded = min(count, len(l_off) - 1)
+        ns[:n_loaded] = np.diff(l_off[:n_loaded + 1])
+        counts[:n_loaded] = l_counts[:n_loaded]
+    if made:
+        ns[made] = frozen.ns
+        counts[made] = np.array(frozen.counts, dtype=np.int64).reshape(-1, n_kinds)
+    hist_off = np.zeros(count + 1, dtype=np.int64)
     np.cumsum(ns, out=hist_off[1:])
-    ts = [t[:n] for t, n in zip(ts_arrays, ns)]
-    slots = [sl[:n] if slot_map is None else slot_map[sl[:n]] for sl, n in zip(slot_arrays, ns)]
+    ts: list[np.ndarray] = []
+    slots: list[np.ndarray] = []
+    prev = 0  # the first session number not yet placed
+
+    def loaded_run(end: int) -> None:
+        """Sessions prev..end-1 (none of them made) from the loaded sections."""
+        hi = min(end, n_loaded)
+        if hi > prev:
+            a, b = int(l_off[prev]), int(l_off[hi])
+            ts.append(l_ts[a:b])
+            slots.append(l_slots[a:b])
+
+    for num, t, sl, n in zip(made, frozen.ts, frozen.slots, frozen.ns):
+        loaded_run(num)
+        ts.append(t[:n])
+        slots.append(sl[:n])
+        prev = num + 1
+    loaded_run(count)
+    if slot_map is not None:
+        slots = [slot_map[sl] for sl in slots]
     return {
         "hist_off": hist_off,
         "hist_ts": np.concatenate(ts) if ts else np.zeros(0, "i8"),
         "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
-        "kind_counts": np.array(counts, dtype=np.int64).reshape(-1, len(KINDS)),
+        "kind_counts": counts,
     }

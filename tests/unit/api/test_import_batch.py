@@ -38,7 +38,7 @@ def items() -> list[dict]:
 def state(store: MemoryStore) -> dict:
     got = {name: getattr(store._catalog, name).view().tolist() for name in COLUMNS}
     got["sessions"] = [(s.name, s.ts[: s.n].tolist(), s.slots[: s.n].tolist(), s.kind_counts)
-                       for s in store._catalog.sessions.by_num]
+                       for s in store._catalog.sessions.all()]
     health = store.get_system_health()
     got["health"] = {k: health[k] for k in ("log_size", "active_messages", "session_count",
                                             "last_sequence", "update_records", "dead_bytes")}

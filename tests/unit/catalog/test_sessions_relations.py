@@ -6,6 +6,7 @@ import os
 import random
 import tracemalloc
 
+import numpy as np
 import pytest
 
 from convmem.catalog.relations import RelationIndex
@@ -114,3 +115,35 @@ def test_a_run_of_equal_timestamps_is_searched_in_logarithmic_steps():
     calls[0] = 0
     si.remove(num, 1000, 2048, ids[2048], kind=0)
     assert calls[0] <= 2 * 12 + 2
+
+
+def test_a_loaded_session_index_counts_its_bytes_as_objects_are_made():
+    """SessionIndex.load makes no object per session; its bytes (what memory_estimate reports)
+    follow the objects as they are made. Compared with tracemalloc's, plus the histories'
+    entries, which a store holds mapped (here: allocated before tracing)."""
+    n, per = 3000, 5
+    ids = [os.urandom(16) for _ in range(n * per)]
+    hist_off = np.arange(0, n * per + 1, per, dtype=np.int64)
+    hist_ts = np.arange(n * per, dtype=np.int64) + 1000
+    hist_slots = np.arange(n * per, dtype=np.int32)
+    kind_counts = np.zeros((n, 6), dtype=np.int64)
+    kind_counts[:, 0] = per
+    mapped = hist_ts.nbytes + hist_slots.nbytes
+
+    def loaded(make_every: int):
+        def build():
+            si = SessionIndex(lambda slot: ids[slot])
+            si.load([f"session-{i}" for i in range(n)], hist_off, hist_ts, hist_slots,
+                    kind_counts)
+            for num in range(0, n, make_every):
+                s = si.at(num)
+                assert s.ts[0] == 1000 + per * num and s.kind_counts[0] == per
+            if make_every == 7:  # the name -> number dict, made by the first lookup by name
+                assert si.get(f"session-{n - 1}").num == n - 1
+            return si
+        return build
+
+    for make_every in (n, 7, 1):  # one session made, a seventh of them, all
+        si, traced = _traced(loaded(make_every))
+        assert 0.9 <= si.nbytes() / (traced + mapped) <= 1.1, make_every
+        assert si.live_sessions == n
