@@ -34,7 +34,11 @@ from .relations import RelationIndex
 from .sessions import Histories, Session, SessionIndex, histories
 from .trash import Trash
 
-STATE_VERSION = 4  # of the snapshot sections written here; a snapshot of another is re-derived
+# Of the snapshot sections written here; a snapshot of a version not readable is re-derived.
+# 5: the recall keys' tag lists are JSON text in the meta (4: an array, still read; code that
+# reads only 4 re-derives a 5 rather than take the text for a list).
+STATE_VERSION = 5
+READABLE_STATE_VERSIONS = (4, 5)
 # (4: the recall keys and the trash sections)
 
 ReadRecord = Callable[[int, int], Record]  # (log offset, frame length) -> decoded record
@@ -398,7 +402,7 @@ class Catalog:
         """Whether the snapshot's sections were written by this version of the state, index,
         tokenizer and Unicode tables (else the state is re-derived from the log)."""
         ix_format = arrays.get("ix.format")
-        return (meta.get("state_version") == STATE_VERSION
+        return (meta.get("state_version") in READABLE_STATE_VERSIONS
                 and ix_format is not None and int(ix_format) == core_index.ARRAYS_FORMAT
                 and meta.get("tokenizer_version") == tokenizer.TOKENIZER_VERSION
                 and meta.get("unicode_version") == tokenizer.UNICODE_VERSION)

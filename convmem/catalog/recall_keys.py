@@ -399,6 +399,8 @@ class RecallKeys:
         rk.by_content.reset(rk.content_key)
         rk.by_gist.reset(rk.gist_key)
         tagsets = meta[TAGSETS]
+        if isinstance(tagsets, str) != (meta.get("state_version", 4) >= 5):
+            raise ValueError(f"meta {TAGSETS} is not what its state version holds")
         if isinstance(tagsets, str):
             count = meta[TAGSET_COUNT]
             if type(count) is not int or count < 1:

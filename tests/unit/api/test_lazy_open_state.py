@@ -134,16 +134,19 @@ def test_tag_lists_are_parsed_when_first_needed_and_written_back_as_they_came(st
 
 
 def test_a_snapshot_holding_its_tag_lists_as_an_array_is_read_as_before(store_dir: Path):
-    """Snapshots written before the tag lists became JSON text hold a JSON array there, and no
-    count: such a store opens from its snapshot (no re-index) with the same tags."""
+    """Snapshots written before the tag lists became JSON text (state version 4) hold a JSON
+    array there, and no count: such a store opens from its snapshot (no re-index) with the same
+    tags."""
     with MemoryStore.open(store_dir) as s:
         _tagged(s)
         expected = _tag_counts(s)
         s.checkpoint()
     path = store_dir / SNAPSHOT_NAME
     meta, arrays = read_snapshot(path)
+    assert meta["state_version"] == 5
     meta["recall_tagsets"] = orjson.loads(meta.pop("recall_tagsets"))
     del meta["recall_tagset_count"]
+    meta["state_version"] = 4
     meta.pop("sections")
     write_snapshot(path, meta, {k: np.array(v) for k, v in arrays.items()}, IoCounters())
     with MemoryStore.open(store_dir) as s:
