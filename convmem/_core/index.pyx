@@ -1182,17 +1182,18 @@ cdef class SearchIndex:
     def block_max_arrays(self) -> dict:
         """The block maxima of the one segment `to_arrays` leaves (call it right after), for
         from_arrays to adopt instead of recomputing: per field bm_terms_*, bm_off_*, bm_*, and
-        bm_cb (3,). Empty when there is not exactly one segment. Not part of to_arrays: the
-        pure twin has no block maxima (it reads none of these)."""
+        bm_cb (3,); none when there is not exactly one segment. With them the docs' length
+        codes (qlen, qlen2: _qlen_sections). Not part of to_arrays: the pure twin has no block
+        maxima (it reads none of these)."""
         cdef _Segment seg
         cdef int f
         with self._lock:
+            out = _qlen_sections(<const uint32_t*>self._lens.data, self._n_docs)
             if len(self._segs) != 1:
-                return {}
+                return out
             seg = <_Segment>self._segs[0]
             if len(seg.bm_arrays) != 9:
-                return {}
-            out = {}
+                return out
             _put_block_maxima(out, seg)
             self._build_cx()
             if self._cx is not None and self._cx_for is seg:
@@ -1315,8 +1316,9 @@ cdef class SearchIndex:
         of their shape against the lists' headers, else computed. Every posting list is decoded
         once before its first use (lazily: a query checks the lists it opens, a merge or scan
         all of them): canonical, within its bytes, doc ids ascending and below n_docs, tfs in
-        range; a list that fails raises ValueError and is never read. Doc metadata values are
-        not checked beyond doc_meta's bits (the snapshot is checksummed)."""
+        range; a list that fails raises ValueError and is never read. Doc metadata values and
+        the stored length codes (qlen, qlen2) are not checked beyond doc_meta's bits and their
+        shapes (the snapshot is checksummed)."""
         cdef SearchIndex ix = cls(k1, weights, b)
         cdef int64_t n, T, nl, cap, nt
         cdef int f
@@ -1354,6 +1356,9 @@ cdef class SearchIndex:
         garr_borrow(&ix._lens, _arr(arrays, "doc_lens", np.uint32, (n, 3)), ix._keep)
         garr_borrow(&ix._tag_off, tag_off, ix._keep)
         garr_borrow(&ix._tag_val, tag_val, ix._keep)
+        if "qlen" in arrays:                         # the stored length codes (_qlen_sections)
+            garr_borrow(&ix._qlen, _arr(arrays, "qlen", np.uint8, (n,)), ix._keep)
+            garr_borrow(&ix._qlen2, _arr(arrays, "qlen2", np.uint8, (n, 2)), ix._keep)
         seg_arrays = []
         for f, name in enumerate(FIELDS):
             terms = _arr(arrays, f"post_terms_{name}", np.uint32, None)
@@ -1424,6 +1429,7 @@ cdef class _FrozenIndex:
         elif segs:
             m = <_Segment>segs[0]
         out = dict(base)
+        out.update(_qlen_sections(<const uint32_t*>cnp.PyArray_DATA(lens), lens.shape[0]))
         seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
         for f, name in enumerate(FIELDS):
             out[f"post_terms_{name}"] = seg_arrays[3 * f]
@@ -1440,6 +1446,24 @@ cdef class _FrozenIndex:
         if cx is not None:
             _put_char_lists(out, cx)
         return out
+
+
+cdef dict _qlen_sections(const uint32_t* ln, int64_t n):
+    """Every doc's one-byte field length codes (_qlen_code of doc_lens: qlen the content's,
+    qlen2 the summary's and the tags', as _grow_scratch makes them) as snapshot sections: the
+    first query after an open adopts them (from_arrays) instead of coding every doc's lengths
+    (~5 ms at 1M messages, ten times that at 10M)."""
+    q1 = np.empty(n, dtype=np.uint8)
+    q2 = np.empty((n, 2), dtype=np.uint8)
+    cdef uint8_t* a = <uint8_t*>cnp.PyArray_DATA(q1)
+    cdef uint8_t* b = <uint8_t*>cnp.PyArray_DATA(q2)
+    cdef int64_t i
+    with nogil:
+        for i in range(n):
+            a[i] = _qlen_code(ln[3 * i])
+            b[2 * i] = _qlen_code(ln[3 * i + 1])
+            b[2 * i + 1] = _qlen_code(ln[3 * i + 2])
+    return {"qlen": q1, "qlen2": q2}
 
 
 cdef int _put_block_maxima(dict out, _Segment seg) except -1:

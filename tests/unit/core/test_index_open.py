@@ -135,3 +135,60 @@ def test_damaged_lead_flags_are_found_on_first_use(damage: str) -> None:
     loaded = compiled.SearchIndex.from_arrays({**arrays, **bm})
     with pytest.raises(ValueError, match="damaged posting list"):
         loaded.search(key, 10)
+
+
+def _qlen_code(n: int) -> int:
+    """docs/SCORING.md's one-byte length: exact below 64, then 4 significant bits, rounded down."""
+    if n < 64:
+        return n
+    e = n.bit_length() - 1
+    return 255 if e > 17 else 64 + (e - 6) * 16 + ((n >> (e - 4)) & 15)
+
+
+def _pruned_searches(ix, queries):
+    """Searches by the pruned scorer in windows of 64 docs, with what it skipped: the length
+    codes are its bounds (other codes skip other docs)."""
+    ix._set_prune_density(0)
+    ix._set_window(64)
+    out = []
+    for q in queries:
+        docs, scores, _ = ix.search(q, 5)
+        out.append((docs.tolist(), scores.tolist(), ix.last_docs_skipped, ix.last_blocks_skipped))
+    return out
+
+
+def test_stored_length_codes_are_every_docs_and_adopted_with_room_to_grow() -> None:
+    """qlen/qlen2 (block_max_arrays) are the codes of doc_lens; an index that adopts them
+    ranks and prunes as one that codes the lengths itself, before and after docs are added
+    past them."""
+    rng = np.random.default_rng(11)
+    words = rng.integers(1, 2**62, 200, dtype=np.uint64)
+    ix = compiled.SearchIndex()
+    empty = np.zeros(0, dtype=np.uint64)
+    for d in range(2000):  # lengths from 1 to ~40k keys: every range of the code
+        z = np.minimum(rng.zipf(1.3, int(np.exp(rng.uniform(0, 10.6)))), len(words)) - 1
+        ix.add(d, words[z], words[z[:int(rng.integers(0, 80))]], words[z[:3]], empty, 0, 0, 0,
+               50, d, rng.bytes(16))
+    queries = [words[np.minimum(rng.zipf(1.1, int(rng.integers(1, 4))), len(words)) - 1]
+               for _ in range(40)]
+    arrays = ix.to_arrays()
+    derived = ix.block_max_arrays()
+    lens = arrays["doc_lens"]
+    assert derived["qlen"].tolist() == [_qlen_code(int(x)) for x in lens[:, 0]]
+    assert derived["qlen2"].tolist() == [[_qlen_code(int(a)), _qlen_code(int(b))]
+                                         for a, b in lens[:, 1:]]
+    assert min(lens[:, 0]) < 64 <= 1000 < max(lens[:, 0])  # (both sides of the exact range)
+    # read-only, as a snapshot's sections are
+    frozen = {k: np.frombuffer(v.tobytes(), dtype=v.dtype).reshape(v.shape)
+              for k, v in {**arrays, **derived}.items()}
+    adopted = compiled.SearchIndex.from_arrays(frozen)
+    computed = compiled.SearchIndex.from_arrays(arrays)
+    assert _pruned_searches(adopted, queries) == _pruned_searches(computed, queries)
+    for d in range(2000, 2300):  # past the adopted arrays: they are copied as they grow
+        keys = queries[d % len(queries)]
+        long = np.repeat(keys, int(rng.integers(1, 90)))
+        for x in (adopted, computed):
+            x.add(d, long, keys[:1], empty, empty, 0, 0, 0, 50, d, bytes(16))
+    assert _pruned_searches(adopted, queries) == _pruned_searches(computed, queries)
+    with pytest.raises(ValueError, match="qlen2"):
+        compiled.SearchIndex.from_arrays({**arrays, **derived, "qlen2": derived["qlen2"][:-1]})
