@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ VERSION = 3
 READABLE_VERSIONS = (2, 3)
 _HEAD = struct.Struct("<8sIIII")
 _ALIGN = 64
+PARALLEL_VERIFY_BYTES = 16 << 20  # sections to check at open worth a second thread
 
 
 class SnapshotError(Exception):
@@ -152,6 +154,7 @@ def read_snapshot(path: Path, verify: bool = True,
         raise SnapshotError("snapshot meta is not valid") from exc
     arrays: dict[str, np.ndarray] = {}
     buf = memoryview(mm)
+    now: Deferred = []  # the checksums to check before returning
     for entry in sections:
         try:
             off, n = int(entry["offset"]), int(entry["nbytes"])
@@ -164,13 +167,43 @@ def read_snapshot(path: Path, verify: bool = True,
             raise SnapshotError(f"snapshot section {entry.get('name')!r} runs past the end")
         view = buf[off:off + n]
         taken = defer is not None and defer(entry["name"], view, expected)
-        if verify and not taken and not expected.matches(view):
-            raise SnapshotError(f"snapshot section {entry['name']!r} checksum mismatch")
+        if verify and not taken:
+            now.append((entry["name"], view, expected))
         count = int(np.prod(shape)) if shape else 1
         if count * dtype.itemsize != n:
             raise SnapshotError(f"snapshot section {entry['name']!r} has a bad shape")
         arrays[entry["name"]] = np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
+    bad = _verify_in_two(now)
+    if bad is not None:
+        raise SnapshotError(f"snapshot section {bad!r} checksum mismatch")
     return meta, arrays
+
+
+def _verify_in_two(sections: Deferred) -> str | None:
+    """verify_deferred over two threads when there is enough to check (xxhash and zlib release
+    the GIL: ~100 MB of sections at 1M messages took 10.5 ms on one core, 6.5 on two)."""
+    total = sum(len(view) for _, view, _ in sections)
+    if total < PARALLEL_VERIFY_BYTES:
+        return verify_deferred(sections)
+    # two halves of about equal bytes, big sections first
+    halves: tuple[Deferred, Deferred] = ([], [])
+    sizes = [0, 0]
+    for item in sorted(sections, key=lambda it: -len(it[1])):
+        i = 0 if sizes[0] <= sizes[1] else 1
+        halves[i].append(item)
+        sizes[i] += len(item[1])
+    found: list[str | None] = [None]
+
+    def other() -> None:
+        found[0] = verify_deferred(halves[1])
+
+    thread = threading.Thread(target=other, name="convmem-snapshot-check")
+    thread.start()
+    try:
+        mine = verify_deferred(halves[0])
+    finally:
+        thread.join()
+    return mine if mine is not None else found[0]
 
 
 def verify_deferred(deferred: Deferred) -> str | None:

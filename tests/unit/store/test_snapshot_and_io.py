@@ -79,6 +79,28 @@ def test_a_format_2_snapshot_is_read_and_its_crc32s_checked(tmp_path):
     assert verify_deferred(deferred) == "big"
 
 
+@pytest.mark.parametrize("victim", ["big", "ts", "ids"])
+def test_sections_checked_on_two_threads_report_a_mismatch_in_either_half(
+        tmp_path, monkeypatch, victim):
+    """Enough bytes to check at open are split over two threads (the biggest section on one,
+    the rest on the other here); damage in any section is found, the file never used."""
+    from convmem.store import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "PARALLEL_VERIFY_BYTES", 0)
+    calls: list[list[str]] = []
+    real = snapshot_module.verify_deferred
+    monkeypatch.setattr(snapshot_module, "verify_deferred",
+                        lambda items: calls.append([n for n, _, _ in items]) or real(items))
+    path = write(tmp_path / "snap")
+    read_snapshot(path)
+    assert sorted(map(sorted, calls)) == [["big"], ["empty", "ids", "scalar", "ts"]]
+    meta, _ = read_snapshot(path)
+    entry = next(s for s in meta["sections"] if s["name"] == victim)
+    _flip(path, entry["offset"] + entry["nbytes"] - 1)
+    with pytest.raises(SnapshotError, match=f"'{victim}' checksum mismatch"):
+        read_snapshot(path)
+
+
 def test_a_later_format_is_not_read(tmp_path):
     path = write(tmp_path / "snap")
     data = bytearray(path.read_bytes())
