@@ -119,7 +119,7 @@ def serve(args: argparse.Namespace) -> int:
             return _signal_status(stopped_by)
         interrupted = _serve_stdio(store, __version__, data_dir, catalog)
     finally:
-        store.close()
+        _close_store(store, interrupted)
     if interrupted:
         # A stdin reader thread may be blocked in read() (a terminal) and cannot be cancelled;
         # the interpreter would wait for it until Enter. The store is closed: leave now.
@@ -127,6 +127,32 @@ def serve(args: argparse.Namespace) -> int:
         sys.stderr.flush()
         os._exit(_signal_status(interrupted))
     return EXIT_OK
+
+
+SHUTDOWN_GRACE_SECONDS = 10.0
+
+
+def _close_store(store: Any, interrupted: int) -> None:
+    """Close the store; after Ctrl-C or SIGTERM within SHUTDOWN_GRACE_SECONDS, else leave
+    without it (os._exit): a stopped server must not linger, and nothing is lost by leaving
+    (every acknowledged write is in the log already, which the next open replays; close adds a
+    snapshot and releases the lock, which the exit releases too)."""
+    timer = None
+    if interrupted:
+        def leave() -> None:
+            logger.warning("the store did not close within %.0f s of the signal: leaving without "
+                           "it (acknowledged writes are in the log)", SHUTDOWN_GRACE_SECONDS)
+            logging.shutdown()
+            os._exit(_signal_status(interrupted))
+
+        timer = threading.Timer(SHUTDOWN_GRACE_SECONDS, leave)
+        timer.daemon = True
+        timer.start()
+    try:
+        store.close()
+    finally:
+        if timer is not None:
+            timer.cancel()
 
 
 def _sdk_stdio() -> bool:
@@ -175,23 +201,18 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
     else:  # (not a name of convmem.server.stdio: importing that module imports the SDK)
         from convmem.server import serve_stdio_fast as serve_session
 
-    if sys.stdin.isatty():
-        sys.stderr.write(
-            f"convmem: serving the memory in {data_dir} over MCP stdio.\n"
-            "This command is meant to be started by an MCP host, which talks JSON-RPC on its stdin/stdout.\n"
-            f"Host configuration: {_host_config_snippet(data_dir)}\n"
-            "Press Ctrl-C or Ctrl-D to stop.\n"
-        )
-        sys.stderr.flush()
-
     got: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         got.append(signum)
         raise KeyboardInterrupt  # unwinds the wait below so the store is closed cleanly
 
+    # The handlers before the banner, the signals unblocked (a mask is inherited across exec),
+    # and everything from the banner on inside the try: a Ctrl-C right after the banner, even
+    # one inside Thread.start, ends here like any other.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     # The session runs in a thread: the main thread only waits, so Ctrl-C (or SIGTERM) stops the
     # server at once even while a terminal read blocks the session's reader.
     failure: list[BaseException] = []
@@ -202,9 +223,17 @@ def _serve_stdio(store: Any, version: str, data_dir: Path, catalog: Any) -> int:
         except BaseException as exc:  # re-raised in the main thread
             failure.append(exc)
 
-    session = threading.Thread(target=run, name="convmem-stdio", daemon=True)
-    session.start()
     try:
+        if sys.stdin.isatty():
+            sys.stderr.write(
+                f"convmem: serving the memory in {data_dir} over MCP stdio.\n"
+                "This command is meant to be started by an MCP host, which talks JSON-RPC on its stdin/stdout.\n"
+                f"Host configuration: {_host_config_snippet(data_dir)}\n"
+                "Press Ctrl-C or Ctrl-D to stop.\n"
+            )
+            sys.stderr.flush()
+        session = threading.Thread(target=run, name="convmem-stdio", daemon=True)
+        session.start()
         while session.is_alive():
             session.join(0.25)
     except KeyboardInterrupt:
