@@ -67,6 +67,13 @@ def test_interrupt_while_a_batch_is_applied_leaves_no_invisible_record(store_dir
         assert s.get_system_health()["active_messages"] == 10
 
 
+def _sigint_as_on_a_terminal() -> None:
+    """(preexec_fn) SIGINT at its default, as a command started from a terminal has it: one
+    started as a background job of a shell without job control inherits it ignored, and by the
+    POSIX convention an import then runs on through it (SIGTERM still stops it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_signalled_cli_import_keeps_every_logged_record_visible(tmp_path, sig):
     lines = tmp_path / "in.jsonl"
@@ -76,7 +83,8 @@ def test_signalled_cli_import_keeps_every_logged_record_visible(tmp_path, sig):
                                 "content": f"line {i} " + "word " * 20}) + "\n")
     data = tmp_path / "data"
     proc = subprocess.Popen([sys.executable, "-m", "convmem", "import", "--data-dir", str(data),
-                             str(lines)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             str(lines)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_sigint_as_on_a_terminal)
     deadline = time.monotonic() + 60
     while (not (data / LOG).exists() or (data / LOG).stat().st_size < 2_000_000) and \
             proc.poll() is None and time.monotonic() < deadline:
