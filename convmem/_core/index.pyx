@@ -55,9 +55,11 @@ from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, I
                                      FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
-                                     _nonempty, _open_list, _segment, _Segment,
-                                     _adopted_segment, _char_segment, _list_ready, _seg_check_all,
+                                     _nonempty, _open_list, _segment, _Segment, _adopted_segment,
+                                     _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, lower_bound_u32)
+from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars, _cx_segment,
+                                     _put_block_maxima, _put_char_lists, _qlen_sections)
 from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
                                   _qlen_value, _score, _Scratch)
 
@@ -100,9 +102,8 @@ def query_weights(keys) -> dict:
 # idf to the content part (docs/SCORING.md "Per-document parts").
 LEAD_WEIGHT = 0.3
 LEAD_KEYS = IX_LEAD_KEYS
-FIELDS = ("content", "summary", "tags")
+from convmem._core.sections import FIELDS
 
-cdef uint64_t CP_MASK = 0x1FFFFF
 # Default prune_density: the pruned scorer pays once a query averages 128 postings per window of
 # 4096 doc ids (measured at 100k and 1M docs, benchmarks/README.md "Choosing the scorer"); below
 # that, its per-window bounds cost more than they skip (mid-frequency terms, no dominant list).
@@ -713,11 +714,7 @@ cdef class SearchIndex:
             ql = <uint8_t*>self._qlen.data
             ql2 = <uint8_t*>self._qlen2.data
             with nogil:
-                while i < n:
-                    ql[i] = _qlen_code(ln[3 * i])
-                    ql2[2 * i] = _qlen_code(ln[3 * i + 1])
-                    ql2[2 * i + 1] = _qlen_code(ln[3 * i + 2])
-                    i += 1
+                _code_lengths(ln, i, n, ql, ql2)
             self._qlen.len = self._qlen2.len = n
         return 0
 
@@ -1448,100 +1445,9 @@ cdef class _FrozenIndex:
         return out
 
 
-cdef dict _qlen_sections(const uint32_t* ln, int64_t n):
-    """Every doc's one-byte field length codes (_qlen_code of doc_lens: qlen the content's,
-    qlen2 the summary's and the tags', as _grow_scratch makes them) as snapshot sections: the
-    first query after an open adopts them (from_arrays) instead of coding every doc's lengths
-    (~5 ms at 1M messages, ten times that at 10M)."""
-    q1 = np.empty(n, dtype=np.uint8)
-    q2 = np.empty((n, 2), dtype=np.uint8)
-    cdef uint8_t* a = <uint8_t*>cnp.PyArray_DATA(q1)
-    cdef uint8_t* b = <uint8_t*>cnp.PyArray_DATA(q2)
-    cdef int64_t i
-    with nogil:
-        for i in range(n):
-            a[i] = _qlen_code(ln[3 * i])
-            b[2 * i] = _qlen_code(ln[3 * i + 1])
-            b[2 * i + 1] = _qlen_code(ln[3 * i + 2])
-    return {"qlen": q1, "qlen2": q2}
-
-
-cdef int _put_block_maxima(dict out, _Segment seg) except -1:
-    """A segment's stored block maxima as snapshot sections (bm_cb, bm_terms_*, bm_off_*, bm_*)."""
-    out["bm_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
-    for f, name in enumerate(FIELDS):
-        out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
-        out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
-        out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
-    return 0
-
-
-cdef int _put_char_lists(dict out, object cx) except -1:
-    """The per-character CJK lists (chars, df, the lists' segment) as snapshot sections cx_*."""
-    cdef _Segment seg = <_Segment>cx[2]
-    out["cx_chars"] = cx[0]
-    out["cx_df"] = cx[1]
-    out["cx_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
-    for f, name in enumerate(FIELDS):
-        out[f"cx_terms_{name}"] = seg.arrays[3 * f]
-        out[f"cx_offsets_{name}"] = seg.arrays[3 * f + 1]
-        out[f"cx_data_{name}"] = seg.arrays[3 * f + 2]
-        out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
-        out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
-        out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
-    return 0
-
-
-cdef object _cx_chars(object arrays):
-    chars = _arr(arrays, "cx_chars", np.uint32, None)
-    nc = chars.shape[0]
-    if nc == 0 or int(chars[nc - 1]) > CP_MASK or not bool(np.all(chars[1:] > chars[:nc - 1])):
-        raise ValueError("bad cx_chars")
-    return chars
-
-
-cdef _Segment _cx_segment(object arrays, uint32_t n):
-    """The stored character lists (from_arrays): checked as the postings are (offsets and terms
-    now, block maxima against the lists' headers, each list lazily on first use)."""
-    arrs = []
-    bm = []
-    for name in FIELDS:
-        terms = _arr(arrays, f"cx_terms_{name}", np.uint32, None)
-        offsets = _arr(arrays, f"cx_offsets_{name}", np.uint32, (terms.shape[0] + 1,))
-        data = _arr(arrays, f"cx_data_{name}", np.uint8, None)
-        _check_offsets(offsets, data.shape[0], f"cx_offsets_{name}")
-        nt = terms.shape[0]
-        if nt and (int(terms[nt - 1]) > CP_MASK or not bool(np.all(terms[1:] > terms[:nt - 1]))):
-            raise ValueError(f"bad cx_terms_{name}")
-        arrs += [terms, offsets, data]
-        bm += [_arr(arrays, f"cx_bm_terms_{name}", np.uint32, None),
-               _arr(arrays, f"cx_bm_off_{name}", np.uint32, None),
-               _arr(arrays, f"cx_bm_{name}", np.float32, None)]
-    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), NULL, NULL, NULL)
-
-
 cdef tuple _empty_result():
     return (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64),
             np.empty((0, 3), dtype=np.float64))
-
-
-cdef object _arr(object arrays, str name, object dtype, object shape):
-    """arrays[name] as a C-contiguous array of exactly this dtype (and shape, if given)."""
-    a = arrays[name]
-    if not isinstance(a, np.ndarray) or a.dtype != dtype:
-        raise ValueError(f"{name}: expected a numpy array of {np.dtype(dtype)}")
-    if shape is None and a.ndim != 1 or shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name}: bad shape {a.shape}")
-    return np.ascontiguousarray(a)
-
-
-cdef int _check_offsets(object off, int64_t total, str name) except -1:
-    # (no negative indexes: the module is compiled with wraparound off)
-    cdef int64_t n = off.shape[0]
-    if n == 0 or int(off[0]) != 0 or int(off[n - 1]) != total \
-            or not bool(np.all(off[1:] >= off[:n - 1])):
-        raise ValueError(f"bad {name}")
-    return 0
 
 
 cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_t c, uint32_t* out,

@@ -1,0 +1,119 @@
+"""The search index's snapshot sections beside its posting lists (docs/SCORING.md "Storage"):
+what SearchIndex.from_arrays checks as it adopts them (dtypes, shapes, offsets, the character
+lists' segment) and what block_max_arrays and a frozen index's arrays() store with the lists
+(block maxima, character lists, the docs' length codes). The lists themselves: postings.pyx."""
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+
+import numpy as np
+
+from convmem._core.postings cimport _Segment, _adopted_segment
+from convmem._core.score cimport _qlen_code
+
+cnp.import_array()
+
+FIELDS = ("content", "summary", "tags")  # the index's fields, in their order
+
+
+cdef dict _qlen_sections(const uint32_t* ln, int64_t n):
+    """Every doc's one-byte field length codes (_qlen_code of doc_lens: qlen the content's,
+    qlen2 the summary's and the tags', as _grow_scratch makes them) as snapshot sections: the
+    first query after an open adopts them (from_arrays) instead of coding every doc's lengths
+    (~5 ms at 1M messages, ten times that at 10M)."""
+    q1 = np.empty(n, dtype=np.uint8)
+    q2 = np.empty((n, 2), dtype=np.uint8)
+    cdef uint8_t* a = <uint8_t*>cnp.PyArray_DATA(q1)
+    cdef uint8_t* b = <uint8_t*>cnp.PyArray_DATA(q2)
+    with nogil:
+        _code_lengths(ln, 0, n, a, b)
+    return {"qlen": q1, "qlen2": q2}
+
+
+cdef void _code_lengths(const uint32_t* ln, int64_t lo, int64_t hi, uint8_t* q1,
+                        uint8_t* q2) noexcept nogil:
+    """The length codes of docs lo..hi-1 from their doc_lens rows (3 a doc): q1[d] the
+    content's, q2[2d], q2[2d + 1] the summary's and the tags'."""
+    cdef int64_t d
+    for d in range(lo, hi):
+        q1[d] = _qlen_code(ln[3 * d])
+        q2[2 * d] = _qlen_code(ln[3 * d + 1])
+        q2[2 * d + 1] = _qlen_code(ln[3 * d + 2])
+
+
+cdef int _put_block_maxima(dict out, _Segment seg) except -1:
+    """A segment's stored block maxima as snapshot sections (bm_cb, bm_terms_*, bm_off_*, bm_*)."""
+    out["bm_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+    for f, name in enumerate(FIELDS):
+        out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
+        out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+        out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+    return 0
+
+
+cdef int _put_char_lists(dict out, object cx) except -1:
+    """The per-character CJK lists (chars, df, the lists' segment) as snapshot sections cx_*."""
+    cdef _Segment seg = <_Segment>cx[2]
+    out["cx_chars"] = cx[0]
+    out["cx_df"] = cx[1]
+    out["cx_cb"] = np.array([seg.v.f[f].bm_cb for f in range(3)], dtype=np.float64)
+    for f, name in enumerate(FIELDS):
+        out[f"cx_terms_{name}"] = seg.arrays[3 * f]
+        out[f"cx_offsets_{name}"] = seg.arrays[3 * f + 1]
+        out[f"cx_data_{name}"] = seg.arrays[3 * f + 2]
+        out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
+        out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
+        out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
+    return 0
+
+
+cdef object _cx_chars(object arrays):
+    chars = _arr(arrays, "cx_chars", np.uint32, None)
+    nc = chars.shape[0]
+    if nc == 0 or int(chars[nc - 1]) > CP_MASK or not bool(np.all(chars[1:] > chars[:nc - 1])):
+        raise ValueError("bad cx_chars")
+    return chars
+
+
+cdef _Segment _cx_segment(object arrays, uint32_t n):
+    """The stored character lists (from_arrays): checked as the postings are (offsets and terms
+    now, block maxima against the lists' headers, each list lazily on first use)."""
+    arrs = []
+    bm = []
+    for name in FIELDS:
+        terms = _arr(arrays, f"cx_terms_{name}", np.uint32, None)
+        offsets = _arr(arrays, f"cx_offsets_{name}", np.uint32, (terms.shape[0] + 1,))
+        data = _arr(arrays, f"cx_data_{name}", np.uint8, None)
+        _check_offsets(offsets, data.shape[0], f"cx_offsets_{name}")
+        nt = terms.shape[0]
+        if nt and (int(terms[nt - 1]) > CP_MASK or not bool(np.all(terms[1:] > terms[:nt - 1]))):
+            raise ValueError(f"bad cx_terms_{name}")
+        arrs += [terms, offsets, data]
+        bm += [_arr(arrays, f"cx_bm_terms_{name}", np.uint32, None),
+               _arr(arrays, f"cx_bm_off_{name}", np.uint32, None),
+               _arr(arrays, f"cx_bm_{name}", np.float32, None)]
+    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), NULL, NULL, NULL)
+
+
+cdef object _arr(object arrays, str name, object dtype, object shape):
+    """arrays[name] as a C-contiguous array of exactly this dtype (and shape, if given)."""
+    a = arrays[name]
+    if not isinstance(a, np.ndarray) or a.dtype != dtype:
+        raise ValueError(f"{name}: expected a numpy array of {np.dtype(dtype)}")
+    if shape is None and a.ndim != 1 or shape is not None and a.shape != tuple(shape):
+        raise ValueError(f"{name}: bad shape {a.shape}")
+    return np.ascontiguousarray(a)
+
+
+cdef int _check_offsets(object off, int64_t total, str name) except -1:
+    # (no negative indexes: the module is compiled with wraparound off)
+    cdef int64_t n = off.shape[0]
+    if n == 0 or int(off[0]) != 0 or int(off[n - 1]) != total \
+            or not bool(np.all(off[1:] >= off[:n - 1])):
+        raise ValueError(f"bad {name}")
+    return 0
+
+
+# The build this module comes from ("debug" or "release"), read by convmem._core.BUILD_TYPE.
+from convmem._core._common cimport CM_BUILD_DEBUG
+BUILD = "debug" if CM_BUILD_DEBUG else "release"
