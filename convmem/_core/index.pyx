@@ -58,8 +58,10 @@ from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, I
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, lower_bound_u32)
-from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars, _cx_segment,
-                                     _put_block_maxima, _put_char_lists, _qlen_sections)
+from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
+                                     _cx_segment, _put_block_maxima, _put_char_lists,
+                                     _qlen_sections)
+from convmem._core.sections import FIELDS
 from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
                                   _qlen_value, _score, _Scratch)
 
@@ -98,11 +100,12 @@ def query_weights(keys) -> dict:
                 out[qk[r]] = w
         i = j
     return {key: w for key, w in out.items() if w != 1.0}
+
+
 # The lead bonus: a group found in a doc's lead (its first IX_LEAD_KEYS content keys) adds this times its
 # idf to the content part (docs/SCORING.md "Per-document parts").
 LEAD_WEIGHT = 0.3
 LEAD_KEYS = IX_LEAD_KEYS
-from convmem._core.sections import FIELDS
 
 # Default prune_density: the pruned scorer pays once a query averages 128 postings per window of
 # 4096 doc ids (measured at 100k and 1M docs, benchmarks/README.md "Choosing the scorer"); below
