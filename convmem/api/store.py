@@ -37,7 +37,7 @@ from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
-from . import bulk, search, snapshots, views
+from . import bulk, gc_pause, search, snapshots, views
 from .trash import TrashTools
 from .guards import Applying, IndexRebuilt, is_index_damage, once_more
 from .paging import Cursors
@@ -129,11 +129,13 @@ class MemoryStore(RecallTools, TrashTools):
     def deferring_snapshots(self) -> Iterator[None]:
         """No periodic snapshot while the block runs (a bulk import: from empty, snapshots every
         quarter of the store write the whole state about five times over); the log holds every
-        record, so nothing acknowledged depends on them. After it, one is due as usual."""
+        record, so nothing acknowledged depends on them. After it, one is due as usual. The
+        cyclic garbage collector is paused meanwhile too (gc_pause.py)."""
         with self._mutex:
             self._defer_snapshots += 1
         try:
-            yield
+            with gc_pause.paused():
+                yield
         finally:
             with self._mutex:
                 self._defer_snapshots -= 1

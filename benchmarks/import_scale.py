@@ -1,0 +1,110 @@
+"""Bulk import of the seeded corpus (`MemoryStore.import_messages`), with the cyclic garbage
+collector paused as the import does it (api/gc_pause.py) or left on, side by side.
+
+Each round runs one fresh child process a mode, alternating, so that both see the same machine
+noise; each imports the cached corpus of `--messages` (generated first if missing) into an empty
+store, closes it (the final snapshot included) and reports the import's wall time, the time the
+collector's passes took (gc.callbacks) and the process's peak RSS. The medians over rounds and
+the ratio are printed as JSON.
+
+    python benchmarks/import_scale.py --messages 1000000 --rounds 2
+    python benchmarks/import_scale.py --messages 10000000 --rounds 1 --modes paused
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import _paths
+
+MODES = ("paused", "on")
+
+CHILD = r"""
+import contextlib, gc, json, resource, sys, time
+import corpus
+from convmem import MemoryStore
+from convmem.api import gc_pause
+src, store_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "on":
+    gc_pause.paused = contextlib.nullcontext  # the collector runs as it would without the pause
+passes = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
+started = [0.0]
+def timed(phase, info):
+    if phase == "start":
+        started[0] = time.perf_counter()
+    else:
+        p = passes[info["generation"]]
+        p[0] += 1
+        p[1] += time.perf_counter() - started[0]
+gc.callbacks.append(timed)
+st = MemoryStore.open(store_dir)
+t0 = time.perf_counter()
+n = st.import_messages(corpus.read_corpus(src), batch_size=1000)
+t1 = time.perf_counter()
+st.close()
+t2 = time.perf_counter()
+print(json.dumps({"messages": n, "import_s": t1 - t0, "close_s": t2 - t1,
+                  "gc_s": sum(p[1] for p in passes.values()),
+                  "gc_passes": {g: p[0] for g, p in passes.items()},
+                  "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def run_child(src: Path, tmp: Path, mode: str) -> dict:
+    store_dir = Path(tempfile.mkdtemp(prefix="cm-import-", dir=tmp))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_paths.HERE),
+                                                       _paths.convmem_pythonpath()]))
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, str(src), str(store_dir), mode],
+                             env=env, capture_output=True, text=True, check=True).stdout
+    finally:
+        shutil.rmtree(store_dir, ignore_errors=True)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--modes", default=",".join(MODES), help="paused, on or both (default)")
+    ap.add_argument("--tmp", type=Path, default=None, help="where the stores go (default: the "
+                    "benchmark data directory)")
+    args = ap.parse_args()
+    import corpus
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes takes {', '.join(MODES)}")
+    tmp = args.tmp or _paths.data_dir()
+    tmp.mkdir(parents=True, exist_ok=True)
+    src = corpus.ensure_corpus(args.messages, args.seed)
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for r in range(args.rounds):
+        for m in modes:
+            res = run_child(src, tmp, m)
+            runs[m].append(res)
+            print(f"round {r + 1} {m}: import {res['import_s']:.1f} s, gc {res['gc_s']:.2f} s, "
+                  f"close {res['close_s']:.1f} s, RSS peak {res['rss_peak_mb']:.0f} MB",
+                  file=sys.stderr)
+    summary: dict = {"messages": args.messages, "rounds": args.rounds, "commit": _paths.commit(),
+                     "modes": {}}
+    for m, rs in runs.items():
+        summary["modes"][m] = {k: statistics.median(x[k] for x in rs)
+                               for k in ("import_s", "close_s", "gc_s", "rss_peak_mb")}
+        summary["modes"][m]["runs"] = rs
+    if len(modes) == 2:
+        a, b = (summary["modes"][m]["import_s"] for m in MODES)
+        summary["paused_over_on"] = a / b
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
