@@ -110,6 +110,18 @@ def test_bench_import_main(tmp_path: Path) -> None:
     assert "first import" in done.stdout
 
 
+def test_import_scale(tmp_path: Path) -> None:
+    import json
+    done = run("import_scale.py", "--messages", "300", "--rounds", "1", data=tmp_path)
+    res = json.loads(done.stdout)
+    assert set(res["modes"]) == {"paused", "on"}
+    for mode in res["modes"].values():
+        assert mode["runs"][0]["messages"] == 300
+    assert sum(res["modes"]["on"]["runs"][0]["gc_passes"].values()) > 0
+    assert res["paused_over_on"] > 0
+    assert run("import_scale.py", "--modes", "off", data=tmp_path, ok=False).returncode == 2
+
+
 def test_mcp_roundtrip(store: Path, tmp_path: Path) -> None:
     done = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
                "--queries", "5", data=tmp_path)
