@@ -57,7 +57,8 @@ def _no_stemmer_cache() -> None:
     process) is allocated inside the compiled tokenizer, so its bytes carry the frame of the
     line that tokenized a message and would be attributed to the index; it is not the store's
     memory and memory_estimate leaves it out, so the measurement leaves it out too (reported
-    apart: stemmer_cache_bytes_excluded)."""
+    apart: stemmer_cache_bytes_excluded). The compiled tokenizer makes its Stemmer without a
+    cache anyway (it has its own stem table); the pure-Python twin keeps PyStemmer's."""
     import Stemmer
 
     original = Stemmer.Stemmer
