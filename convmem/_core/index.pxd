@@ -90,9 +90,14 @@ cdef class SearchIndex:
 
     cdef void _own(self, GArr* a, int64_t itemsize, int part) noexcept
     cdef int64_t _term_find(self, uint64_t key) noexcept nogil
-    cdef int64_t _term_add(self, uint64_t key) except -1
-    cdef int _table_rebuild(self, int64_t cap) except -1
-    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1
+    cdef int64_t _term_add(self, uint64_t key) noexcept nogil
+    cdef int _table_rebuild(self, int64_t cap) noexcept nogil
+    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) noexcept nogil
+    cdef bint _buffer_full(self) noexcept nogil
+    cdef int _add_core(self, const uint64_t* ck, int64_t nck, const uint64_t* sk, int64_t nsk,
+                       const uint64_t* tk, int64_t ntk, const uint64_t* th, int64_t nth,
+                       int64_t session, int kind, int tier, int importance, int64_t timestamp,
+                       const char* ulid, int role) noexcept nogil
     cdef int64_t _doc_terms(self, int64_t doc) except -1
     cdef int _flush(self) except -1
     cdef void _norm(self, double* c0, double* cb) noexcept

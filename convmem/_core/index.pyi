@@ -55,6 +55,25 @@ class SearchIndex:
         ulid: bytes,
         role: int = 0,  # 0..2 (domain.ROLES)
     ) -> None: ...
+    # add() for docs doc0, doc0 + 1, ...: entry i of each list and column is doc0 + i's, ulids
+    # the 16-byte ulids one after the other; all checked before any doc is added. The compiled
+    # module buffers the postings with the GIL released.
+    ADD_BATCH_RELEASES_GIL: bool
+    def add_batch(
+        self,
+        doc0: int,
+        content_keys: list[_Keys],
+        summary_keys: list[_Keys],
+        tag_keys: list[_Keys],
+        tag_hashes: list[_Keys],
+        sessions: Sequence[int],
+        kinds: Sequence[int],
+        tiers: Sequence[int],
+        importances: Sequence[int],
+        timestamps: Sequence[int],
+        ulids: bytes,
+        roles: Sequence[int],
+    ) -> None: ...
     # Idempotent; ValueError outside 0..n_docs-1. Give the three key arrays that add() got for
     # doc (cheap: one dictionary probe a key; ValueError when their lengths differ from what was
     # added or a key is unknown) or none of them (exact but slow: the doc's terms are read from

@@ -49,7 +49,7 @@ import numpy as np
 from convmem._core.shared cimport release_shared, share_garr
 from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_worker_alive, cm_worker_free,
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
-                                    garr_own, garr_reserve, mix64)
+                                    garr_grow, garr_own, garr_reserve, mix64)
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
                                      FieldPostings, PList,
@@ -146,6 +146,39 @@ def _qlen_floor(uint32_t n) -> int:
 
 # ---- the index ---------------------------------------------------------------------------------
 
+# What the nogil parts of adding return on failure (_raise_add_error says it in Python).
+cdef enum:
+    ADD_NOMEM = -1
+    ADD_TERMS = -2
+    ADD_BUFFER = -3
+    ADD_TAGS = -4
+    ADD_DOCS = -5
+
+
+cdef int _raise_add_error(int rc) except -1:
+    if rc == ADD_NOMEM:
+        raise MemoryError()
+    raise OverflowError({ADD_TERMS: "too many distinct terms", ADD_BUFFER: "buffer too large",
+                         ADD_TAGS: "too many tag hashes"}.get(rc, "too many docs"))
+
+
+cdef inline int _own_nogil(GArr* a) noexcept nogil:
+    """garr_own without the GIL: -1 when memory runs out."""
+    if not a.owned:
+        a.shared = False
+        return garr_grow(a, a.len)
+    return 0
+
+
+cdef int _check_doc(int64_t kind, int64_t tier, int64_t role, int64_t importance,
+                    int64_t session) except -1:
+    if not 0 <= kind <= 5 or not 0 <= tier <= 3 or not 0 <= role <= 2:
+        raise ValueError("kind must be in 0..5, tier in 0..3 and role in 0..2")
+    if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
+        raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
+    return 0
+
+
 cdef object _keys_array(object keys):
     if isinstance(keys, np.ndarray) and keys.dtype == np.uint64 and keys.ndim == 1 \
             and keys.flags.c_contiguous:
@@ -172,6 +205,8 @@ cdef class SearchIndex:
 
     See docs/SCORING.md for the exact definition; `pyindex.SearchIndex` is the readable twin.
     """
+
+    ADD_BATCH_RELEASES_GIL = True  # (the catalog may index an import batch on another thread)
 
     def __cinit__(self):
         self._n_arrs = 0
@@ -227,7 +262,8 @@ cdef class SearchIndex:
             self._w[f] = weights[f]
             self._b[f] = b[f]
         if self._t_table.len == 0:
-            self._table_rebuild(IX_TABLE_MIN)
+            if self._table_rebuild(IX_TABLE_MIN) < 0:
+                raise MemoryError()
         garr_reserve(&self._tag_off, 1)
         (<uint32_t*>self._tag_off.data)[0] = 0
         self._tag_off.len = 1
@@ -270,14 +306,15 @@ cdef class SearchIndex:
                 return v - 1
             slot = (slot + 1) & mask
 
-    cdef int _table_rebuild(self, int64_t cap) except -1:
-        """Reinsert every term, in term-id order (so the layout depends only on the keys)."""
+    cdef int _table_rebuild(self, int64_t cap) noexcept nogil:
+        """Reinsert every term, in term-id order (so the layout depends only on the keys);
+        ADD_NOMEM when memory runs out (the old table stays)."""
         cdef uint32_t* table = <uint32_t*>PyMem_RawMalloc(<size_t>(cap * 4))
         cdef const uint64_t* keys = <const uint64_t*>self._t_keys.data
         cdef uint64_t mask = <uint64_t>cap - 1, slot
         cdef int64_t t
         if table == NULL:
-            raise MemoryError()
+            return ADD_NOMEM
         memset(table, 0, <size_t>(cap * 4))
         for t in range(self._t_keys.len):
             slot = mix64(keys[t]) & mask
@@ -290,17 +327,18 @@ cdef class SearchIndex:
         self._t_table.cap = cap
         return 0
 
-    cdef int64_t _term_add(self, uint64_t key) except -1:
+    cdef int64_t _term_add(self, uint64_t key) noexcept nogil:
+        """The term id of `key`, added when new; a negative ADD_* code on failure."""
         cdef int64_t t = self._term_find(key), n = self._t_keys.len
         cdef uint64_t mask, slot
         cdef uint32_t* table
         if t >= 0:
             return t
-        if n >= 0xFFFFFFFE:
-            raise OverflowError("too many distinct terms")
-        garr_reserve(&self._t_keys, n + 1)
-        garr_reserve(&self._t_df, n + 1)
-        garr_reserve(&self._t_head, n + 1)
+        if n >= <int64_t>0xFFFFFFFE:
+            return ADD_TERMS
+        if (garr_grow(&self._t_keys, n + 1) < 0 or garr_grow(&self._t_df, n + 1) < 0
+                or garr_grow(&self._t_head, n + 1) < 0):
+            return ADD_NOMEM
         (<uint64_t*>self._t_keys.data)[n] = key
         (<uint32_t*>self._t_df.data)[n] = 0
         (<int32_t*>self._t_head.data)[n] = -1
@@ -308,9 +346,11 @@ cdef class SearchIndex:
         self._t_df.len = n + 1
         self._t_head.len = n + 1
         if 2 * (n + 1) > self._t_table.len:
-            self._table_rebuild(2 * self._t_table.len)
+            if self._table_rebuild(2 * self._t_table.len) < 0:
+                return ADD_NOMEM
         else:
-            garr_own(&self._t_table)
+            if _own_nogil(&self._t_table) < 0:
+                return ADD_NOMEM
             table = <uint32_t*>self._t_table.data
             mask = <uint64_t>self._t_table.len - 1
             slot = mix64(key) & mask
@@ -336,61 +376,160 @@ cdef class SearchIndex:
         cdef const uint64_t[::1] tk = _keys_array(tag_keys)
         cdef const uint64_t[::1] th = _keys_array(tag_hashes)
         cdef bytes ub = bytes(ulid)
+        cdef int rc
+        if doc != self._n_docs:
+            raise ValueError(f"doc must be {self._n_docs} (the next doc id), got {doc}")
+        _check_doc(kind, tier, role, importance, session)
+        if len(ub) != IX_ULID:
+            raise ValueError("ulid must be 16 bytes")
+        rc = self._add_core(_ptr(ck), ck.shape[0], _ptr(sk), sk.shape[0], _ptr(tk), tk.shape[0],
+                            _ptr(th), th.shape[0], session, kind, tier, importance, timestamp,
+                            <const char*>ub, role)
+        if rc < 0:
+            _raise_add_error(rc)
+        if self._buffer_full():
+            self._flush()
+            self._maybe_merge()
+
+    def add_batch(self, int64_t doc0, list content_keys, list summary_keys, list tag_keys,
+                  list tag_hashes, sessions, kinds, tiers, importances, timestamps,
+                  bytes ulids, roles) -> None:
+        """add() for docs doc0, doc0 + 1, ... (an import batch): list i of each key list and
+        element i of each column is doc0 + i's; `ulids` holds the 16-byte ulids one after the
+        other. The same index as one add() a doc. Everything is checked first, so a bad
+        argument adds nothing; the postings are then buffered with the GIL released (the
+        catalog goes on with its own work on another thread meanwhile), which only the
+        buffer's flushes into segments take back."""
+        with self._lock:
+            self._add_batch(doc0, content_keys, summary_keys, tag_keys, tag_hashes, sessions,
+                            kinds, tiers, importances, timestamps, ulids, roles)
+
+    def _add_batch(self, int64_t doc0, list content_keys, list summary_keys, list tag_keys,
+                   list tag_hashes, sessions, kinds, tiers, importances, timestamps,
+                   bytes ulids, roles):
+        cdef Py_ssize_t n = len(content_keys), i, j
+        cdef list keep = []
+        cdef const uint64_t[::1] a
+        cdef const int64_t[::1] c_sess, c_ts
+        cdef const int32_t[::1] c_kind, c_tier, c_imp, c_role
+        cdef const uint64_t** ptrs
+        cdef int64_t* lens
+        cdef const char* ub = <const char*>ulids
+        cdef int rc = 0
+        cdef bint full = False
+        if doc0 != self._n_docs:
+            raise ValueError(f"doc must be {self._n_docs} (the next doc id), got {doc0}")
+        if not (len(summary_keys) == len(tag_keys) == len(tag_hashes) == n
+                and len(ulids) == IX_ULID * n):
+            raise ValueError("add_batch: every list and column must have one entry a doc")
+        c_sess = np.ascontiguousarray(sessions, dtype=np.int64)
+        c_ts = np.ascontiguousarray(timestamps, dtype=np.int64)
+        c_kind = np.ascontiguousarray(kinds, dtype=np.int32)
+        c_tier = np.ascontiguousarray(tiers, dtype=np.int32)
+        c_imp = np.ascontiguousarray(importances, dtype=np.int32)
+        c_role = np.ascontiguousarray(roles, dtype=np.int32)
+        if not (c_sess.shape[0] == c_ts.shape[0] == c_kind.shape[0] == c_tier.shape[0]
+                == c_imp.shape[0] == c_role.shape[0] == n):
+            raise ValueError("add_batch: every list and column must have one entry a doc")
+        for i in range(n):
+            _check_doc(c_kind[i], c_tier[i], c_role[i], c_imp[i], c_sess[i])
+        ptrs = <const uint64_t**>PyMem_RawMalloc(<size_t>(4 * n * sizeof(uint64_t*) + 1))
+        lens = <int64_t*>PyMem_RawMalloc(<size_t>(4 * n * sizeof(int64_t) + 1))
+        try:
+            if ptrs == NULL or lens == NULL:
+                raise MemoryError()
+            for j, part in enumerate((content_keys, summary_keys, tag_keys, tag_hashes)):
+                for i in range(n):
+                    a = _keys_array(part[i])
+                    keep.append(a)                    # (alive while the GIL is released)
+                    ptrs[4 * i + j] = _ptr(a)
+                    lens[4 * i + j] = a.shape[0]
+            i = 0
+            while i < n:
+                with nogil:
+                    while i < n:
+                        rc = self._add_core(ptrs[4 * i], lens[4 * i], ptrs[4 * i + 1],
+                                            lens[4 * i + 1], ptrs[4 * i + 2], lens[4 * i + 2],
+                                            ptrs[4 * i + 3], lens[4 * i + 3], c_sess[i],
+                                            c_kind[i], c_tier[i], c_imp[i], c_ts[i],
+                                            ub + IX_ULID * i, c_role[i])
+                        if rc < 0:
+                            break
+                        i += 1
+                        full = self._buffer_full()
+                        if full:
+                            break
+                if rc < 0:
+                    _raise_add_error(rc)
+                if full:
+                    self._flush()
+                    self._maybe_merge()
+                    full = False
+        finally:
+            PyMem_RawFree(ptrs)
+            PyMem_RawFree(lens)
+
+    cdef inline bint _buffer_full(self) noexcept nogil:
+        return self._n_docs - self._buf_lo >= IX_BUF_DOCS or self._b_doc.len >= IX_BUF_POSTINGS
+
+    cdef int _add_core(self, const uint64_t* ck, int64_t nck, const uint64_t* sk, int64_t nsk,
+                       const uint64_t* tk, int64_t ntk, const uint64_t* th, int64_t nth,
+                       int64_t session, int kind, int tier, int importance, int64_t timestamp,
+                       const char* ulid, int role) noexcept nogil:
+        """Doc n_docs with checked values (_check_doc): its columns, then its postings into
+        the buffer; 0, or a negative ADD_* code (_raise_add_error)."""
         cdef int64_t n = self._n_docs, i, j, n0, nt
         cdef uint32_t* tids
         cdef uint32_t* df
-        if doc != n:
-            raise ValueError(f"doc must be {n} (the next doc id), got {doc}")
-        if not 0 <= kind <= 5 or not 0 <= tier <= 3 or not 0 <= role <= 2:
-            raise ValueError("kind must be in 0..5, tier in 0..3 and role in 0..2")
-        if not 0 <= importance <= 100 or not 0 <= session <= 0x7FFFFFFF:
-            raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
-        if len(ub) != IX_ULID:
-            raise ValueError("ulid must be 16 bytes")
-        if n >= 0xFFFFFFFE:
-            raise OverflowError("too many docs")
+        cdef int rc
+        if n >= <int64_t>0xFFFFFFFE:
+            return ADD_DOCS
         if self._t_head.len < self._t_keys.len:      # after from_arrays: the chains start empty
-            garr_reserve(&self._t_head, self._t_keys.len)
+            if garr_grow(&self._t_head, self._t_keys.len) < 0:
+                return ADD_NOMEM
             memset(self._t_head.data + 4 * self._t_head.len, 0xFF,
                    <size_t>(4 * (self._t_keys.len - self._t_head.len)))
             self._t_head.len = self._t_keys.len
-        garr_reserve(&self._meta, n + 1)
-        garr_reserve(&self._imp, n + 1)
-        garr_reserve(&self._sess, n + 1)
-        garr_reserve(&self._ts, n + 1)
-        garr_reserve(&self._ulid, n + 1)
-        garr_reserve(&self._lens, n + 1)
-        garr_reserve(&self._tag_off, n + 2)
         nt = self._tag_val.len
-        if nt + th.shape[0] > 0xFFFFFFFF:
-            raise OverflowError("too many tag hashes")
-        garr_reserve(&self._tag_val, nt + th.shape[0])
+        if nt + nth > <int64_t>0xFFFFFFFF:
+            return ADD_TAGS
+        if (garr_grow(&self._meta, n + 1) < 0 or garr_grow(&self._imp, n + 1) < 0
+                or garr_grow(&self._sess, n + 1) < 0 or garr_grow(&self._ts, n + 1) < 0
+                or garr_grow(&self._ulid, n + 1) < 0 or garr_grow(&self._lens, n + 1) < 0
+                or garr_grow(&self._tag_off, n + 2) < 0
+                or garr_grow(&self._tag_val, nt + nth) < 0):
+            return ADD_NOMEM
         (<uint8_t*>self._meta.data)[n] = IX_LIVE | kind | (tier << 3) | (role << 5)
         (<uint8_t*>self._imp.data)[n] = importance
         (<int32_t*>self._sess.data)[n] = <int32_t>session
         (<int64_t*>self._ts.data)[n] = timestamp
-        memcpy(self._ulid.data + IX_ULID * n, <const char*>ub, IX_ULID)
-        (<uint32_t*>self._lens.data)[3 * n] = <uint32_t>ck.shape[0]
-        (<uint32_t*>self._lens.data)[3 * n + 1] = <uint32_t>sk.shape[0]
-        (<uint32_t*>self._lens.data)[3 * n + 2] = <uint32_t>tk.shape[0]
-        if th.shape[0] > 0:
-            memcpy(self._tag_val.data + 8 * nt, &th[0], <size_t>(8 * th.shape[0]))
-        self._tag_val.len = nt + th.shape[0]
+        memcpy(self._ulid.data + IX_ULID * n, ulid, IX_ULID)
+        (<uint32_t*>self._lens.data)[3 * n] = <uint32_t>nck
+        (<uint32_t*>self._lens.data)[3 * n + 1] = <uint32_t>nsk
+        (<uint32_t*>self._lens.data)[3 * n + 2] = <uint32_t>ntk
+        if nth > 0:
+            memcpy(self._tag_val.data + 8 * nt, th, <size_t>(8 * nth))
+        self._tag_val.len = nt + nth
         (<uint32_t*>self._tag_off.data)[n + 1] = <uint32_t>self._tag_val.len
         self._meta.len = self._imp.len = self._sess.len = self._ts.len = n + 1
         self._ulid.len = self._lens.len = n + 1
         self._tag_off.len = n + 2
 
         self._a_tids.len = 0
-        self._add_field(<uint32_t>n, 0, _ptr(ck), ck.shape[0])
+        rc = self._add_field(<uint32_t>n, 0, ck, nck)
         n0 = self._a_tids.len
-        self._add_field(<uint32_t>n, 1, _ptr(sk), sk.shape[0])
-        self._add_field(<uint32_t>n, 2, _ptr(tk), tk.shape[0])
+        if rc == 0:
+            rc = self._add_field(<uint32_t>n, 1, sk, nsk)
+        if rc == 0:
+            rc = self._add_field(<uint32_t>n, 2, tk, ntk)
+        if rc == 0 and _own_nogil(&self._t_df) < 0:
+            rc = ADD_NOMEM
+        if rc < 0:
+            return rc
 
         # df counts the doc once per term: the content terms are unique, the few summary and
         # tag terms are looked up among the terms before them.
         tids = <uint32_t*>self._a_tids.data
-        garr_own(&self._t_df)
         df = <uint32_t*>self._t_df.data
         for i in range(self._a_tids.len):
             if i >= n0:
@@ -401,16 +540,14 @@ cdef class SearchIndex:
                     continue
             df[tids[i]] += 1
 
-        self._sum_len[0] += ck.shape[0]
-        self._sum_len[1] += sk.shape[0]
-        self._sum_len[2] += tk.shape[0]
+        self._sum_len[0] += nck
+        self._sum_len[1] += nsk
+        self._sum_len[2] += ntk
         self._n_docs = n + 1
         self._n_live += 1
-        if self._n_docs - self._buf_lo >= IX_BUF_DOCS or self._b_doc.len >= IX_BUF_POSTINGS:
-            self._flush()
-            self._maybe_merge()
+        return 0
 
-    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) except -1:
+    cdef int _add_field(self, uint32_t doc, int f, const uint64_t* keys, int64_t n) noexcept nogil:
         """Buffer the postings of one field: count each distinct key in a small hash table (no
         sort: the order of a doc's terms does not matter), chain one posting per term.
 
@@ -434,7 +571,8 @@ cdef class SearchIndex:
         while cap < 2 * n:
             cap <<= 1
         # scratch: hash keys (cap), distinct keys (n), their counts (n bytes), hash counts (cap bytes)
-        garr_reserve(&self._a_keys, cap + n + (n + cap) // 8 + 2)
+        if garr_grow(&self._a_keys, cap + n + (n + cap) // 8 + 2) < 0:
+            return ADD_NOMEM
         hk = <uint64_t*>self._a_keys.data
         sk = hk + cap
         cnt = <uint8_t*>(sk + n)
@@ -475,16 +613,18 @@ cdef class SearchIndex:
                 __builtin_prefetch(<const int32_t*>self._t_head.data + v - 1)
         e = self._b_doc.len
         if e + m >= 0x7FFFFFFF:
-            raise OverflowError("buffer too large")
-        garr_reserve(&self._a_tids, self._a_tids.len + m)
-        garr_reserve(&self._b_doc, e + m)
-        garr_reserve(&self._b_tf, e + m)
-        garr_reserve(&self._b_field, e + m)
-        garr_reserve(&self._b_next, e + m)
-        garr_reserve(&self._b_tid, e + m)
-        garr_reserve(&self._b_terms, self._b_terms.len + m)
+            return ADD_BUFFER
+        if (garr_grow(&self._a_tids, self._a_tids.len + m) < 0 or garr_grow(&self._b_doc, e + m) < 0
+                or garr_grow(&self._b_tf, e + m) < 0 or garr_grow(&self._b_field, e + m) < 0
+                or garr_grow(&self._b_next, e + m) < 0 or garr_grow(&self._b_tid, e + m) < 0
+                or garr_grow(&self._b_terms, self._b_terms.len + m) < 0):
+            return ADD_NOMEM
         for k in range(m):
             t = self._term_add(sk[k])
+            if t < 0:
+                self._b_doc.len = self._b_tf.len = self._b_field.len = self._b_next.len = e
+                self._b_tid.len = e
+                return <int>t
             (<uint32_t*>self._a_tids.data)[self._a_tids.len] = <uint32_t>t
             self._a_tids.len += 1
             head = <int32_t*>self._t_head.data
@@ -1108,7 +1248,8 @@ cdef class SearchIndex:
         cap = IX_TABLE_MIN
         while cap < 2 * nk:
             cap *= 2
-        out._table_rebuild(cap)
+        if out._table_rebuild(cap) < 0:
+            raise MemoryError()
 
         garr_reserve(&out._meta, nl)
         garr_reserve(&out._imp, nl)

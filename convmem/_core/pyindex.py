@@ -237,6 +237,8 @@ def _check_weights(k1, weights, b) -> tuple[float, tuple[float, ...], tuple[floa
 class SearchIndex:
     """BM25F over (content, summary, tags) with filters and a deterministic top-k."""
 
+    ADD_BATCH_RELEASES_GIL = False  # (add_batch holds the GIL: the catalog calls it inline)
+
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)) -> None:
         self._k1, self._w, self._b = _check_weights(k1, weights, b)
         self._lead = LEAD_WEIGHT
@@ -314,6 +316,28 @@ class SearchIndex:
             tier=int(tier), importance=int(importance), timestamp=int(timestamp), ulid=ulid,
             role=int(role), keys=frozenset().union(*fields),
             lead=_lead_keys(fields[0])))
+
+    def add_batch(self, doc0, content_keys, summary_keys, tag_keys, tag_hashes, sessions, kinds,
+                  tiers, importances, timestamps, ulids, roles) -> None:
+        """add() for docs doc0, doc0 + 1, ...; every argument is checked before any is added."""
+        n = len(content_keys)
+        if doc0 != len(self._docs):
+            raise ValueError(f"doc must be {len(self._docs)} (the next doc id), got {doc0}")
+        columns = [list(c) for c in (sessions, kinds, tiers, importances, timestamps, roles)]
+        if any(len(x) != n for x in (summary_keys, tag_keys, tag_hashes, *columns)) \
+                or len(ulids) != ULID_SIZE * n:
+            raise ValueError("add_batch: every list and column must have one entry a doc")
+        sess, kind, tier, imp, ts, role = columns
+        for i in range(n):
+            if not 0 <= kind[i] <= MAX_KIND or not 0 <= tier[i] <= MAX_TIER \
+                    or not 0 <= role[i] <= MAX_ROLE:
+                raise ValueError("kind must be in 0..5, tier in 0..3 and role in 0..2")
+            if not 0 <= imp[i] <= 100 or not 0 <= sess[i] <= 0x7FFFFFFF:
+                raise ValueError("importance must be in 0..100 and session in 0..2**31-1")
+        for i in range(n):
+            self.add(doc0 + i, content_keys[i], summary_keys[i], tag_keys[i], tag_hashes[i],
+                     sess[i], kind[i], tier[i], imp[i], ts[i],
+                     ulids[ULID_SIZE * i:ULID_SIZE * (i + 1)], role[i])
 
     def remove(self, doc: int, content_keys=None, summary_keys=None, tag_keys=None) -> None:
         """The keys, when given, must be those `add` got (the compiled module lowers df by them)."""

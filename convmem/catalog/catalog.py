@@ -15,6 +15,7 @@ the catalog in between: the store holds its lock.
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -269,55 +270,54 @@ class Catalog:
 
     def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
         """Apply appended records of new messages (ids checked unused) as apply_message would
-        one by one, with each column extended once for the batch."""
+        one by one, with each column extended once for the batch. The index takes the batch
+        in one add_batch, on a thread of its own when the compiled index buffers it without the
+        GIL (_IndexingThread), while the other structures take it here."""
         index, ids, sessions, relations = self.index, self.ids, self.sessions, self.relations
         session_at = sessions.at
         doc0 = index.n_docs
         slot0 = len(ids)
         token_keys = tokenizer.token_keys
-        nums: list[int] = []
-        flags: list[int] = []
-        recall_keys: list[np.ndarray] = []  # (each applied record's content keys)
+        # New sessions are numbered in the order of their first message, as one by one.
+        nums = [sessions.number(rec[R_SESSION_ID]) for rec in recs]
+        contents = [token_keys(rec[R_CONTENT]) for rec in recs]
         # tags -> (their keys as field_keys gives them, their hashes): a batch repeats a few
         # tag lists (the index copies what add gets, so sharing arrays is safe)
-        by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {}
+        by_tags: dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]] = {EMPTY_TAGS: (EMPTY_KEYS, EMPTY_KEYS)}
+        tagged = []
+        for rec in recs:
+            tags = tuple(rec[R_TAGS])
+            t = by_tags.get(tags)
+            if t is None:
+                t = by_tags[tags] = (tag_keys(rec[R_TAGS]), tag_hashes(rec[R_TAGS]))
+            tagged.append(t)
+        indexing = _IndexingThread(index, (
+            doc0, contents, [token_keys(r[R_SUMMARY]) if r[R_SUMMARY] else EMPTY_KEYS for r in recs],
+            [t[0] for t in tagged], [t[1] for t in tagged], nums, [r[R_KIND] for r in recs],
+            [r[R_TIER] for r in recs], [r[R_IMPORTANCE] for r in recs],
+            [r[R_TIMESTAMP] for r in recs], b"".join([r[R_ULID] for r in recs]),
+            [r[R_ROLE] for r in recs]))
+        n = 0
         try:
-            for doc, rec in enumerate(recs, start=doc0):
-                ulid, ts, kind, summary, tags = (rec[R_ULID], rec[R_TIMESTAMP], rec[R_KIND],
-                                                 rec[R_SUMMARY], rec[R_TAGS])
-                s = sessions.get(rec[R_SESSION_ID])
-                num = s.num if s is not None else len(sessions)
-                if tags:
-                    tagged = by_tags.get(tuple(tags))
-                    if tagged is None:
-                        tagged = by_tags[tuple(tags)] = (tag_keys(tags), tag_hashes(tags))
-                else:
-                    tagged = (EMPTY_KEYS, EMPTY_KEYS)
-                content_keys = token_keys(rec[R_CONTENT])
-                index.add(doc, content_keys,
-                          token_keys(summary) if summary else EMPTY_KEYS, *tagged, num, kind,
-                          rec[R_TIER], rec[R_IMPORTANCE], ts, ulid, rec[R_ROLE])
+            for rec, num in zip(recs, nums):
+                ts, ulid = rec[R_TIMESTAMP], rec[R_ULID]
                 slot = ids.add(ulid)
-                recall_keys.append(content_keys)
-                if s is None:
-                    sessions.number(rec[R_SESSION_ID])
-                sessions.insert(num, ts, slot, ulid, kind)
+                sessions.insert(num, ts, slot, ulid, rec[R_KIND])
                 self.recall.touch_session(session_at(num))
                 if rec[R_RELATIONS]:
                     relations.add_new(slot, rec[R_RELATIONS])
-                nums.append(num)
-                flags.append(doc_flags(rec))
+                n += 1
         finally:
+            indexing.join()  # (its error, if any, is raised here: the store rebuilds its state)
             # The columns of the records applied (all of them unless one raised).
-            n = len(nums)
             self.doc_offset.extend(offsets[:n])
             self.doc_len.extend(lengths[:n])
             self.doc_slot.extend(range(slot0, slot0 + n))
             self.doc_kind.extend([rec[R_KIND] for rec in recs[:n]])
-            self.doc_flags.extend(flags)
-            self.recall.add_batch(slot0, recs[:len(recall_keys)], recall_keys)
+            self.doc_flags.extend([doc_flags(rec) for rec in recs[:n]])
+            self.recall.add_batch(slot0, recs[:n], contents[:n])
             self.slot_doc.extend(range(doc0, doc0 + n))
-            self.slot_session.extend(nums)
+            self.slot_session.extend(nums[:n])
             self.slot_ts.extend([rec[R_TIMESTAMP] for rec in recs[:n]])
             self.live_bytes += sum(lengths[:n])
             self.update_records += sum(1 for rec in recs[:n] if rec[R_REVISION] > 1)
@@ -566,3 +566,39 @@ def _history_arrays(frozen: Histories, slot_map: np.ndarray | None = None,
         "hist_slots": (np.concatenate(slots) if slots else np.zeros(0, "i4")).astype(np.int32),
         "kind_counts": counts,
     }
+
+
+EMPTY_TAGS: tuple[str, ...] = ()
+THREAD_MIN_BATCH = 64  # smaller batches are indexed inline (a thread costs ~0.1 ms to start)
+
+
+class _IndexingThread:
+    """index.add_batch(*args) on a thread of its own while the caller goes on (the compiled
+    index buffers postings without the GIL: an import batch's indexing then overlaps the
+    catalog's Python work on a second core), or inline for the pure-Python twin and small
+    batches. join() waits and raises what add_batch raised."""
+
+    __slots__ = ("_thread", "_error")
+
+    def __init__(self, index: Any, args: tuple) -> None:
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if getattr(index, "ADD_BATCH_RELEASES_GIL", False) and len(args[1]) >= THREAD_MIN_BATCH:
+            self._thread = threading.Thread(target=self._run, args=(index, args),
+                                            name="convmem-index", daemon=True)
+            self._thread.start()
+        else:
+            index.add_batch(*args)
+
+    def _run(self, index: Any, args: tuple) -> None:
+        try:
+            index.add_batch(*args)
+        except BaseException as exc:  # (raised again by join, on the caller's thread)
+            self._error = exc
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is not None:
+                raise self._error
