@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import convmem._core.pyindex as twin
-from tests.unit.core.test_index import Corpus
+from test_index import Corpus
 
 compiled = importlib.import_module("convmem._core.index")  # the extension, even under CONVMEM_PURE=1
 MODULES = [pytest.param(compiled, id="compiled"), pytest.param(twin, id="twin")]
