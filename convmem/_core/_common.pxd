@@ -152,11 +152,19 @@ cdef inline int garr_reserve(GArr* a, int64_t n) except -1:
     return 0
 
 
-cdef inline int garr_own(GArr* a) except -1:
-    """Before a change in place: borrowed or shared memory is copied (copy on write)."""
+cdef inline int garr_claim(GArr* a) noexcept nogil:
+    """Before a change in place: borrowed or shared memory is copied (copy on write); -1 when
+    memory runs out."""
     if not a.owned:
         a.shared = False
-        garr_reserve(a, a.len)
+        return garr_grow(a, a.len)
+    return 0
+
+
+cdef inline int garr_own(GArr* a) except -1:
+    """garr_claim that raises MemoryError."""
+    if garr_claim(a) < 0:
+        raise MemoryError()
     return 0
 
 

@@ -46,10 +46,10 @@ import threading
 
 import numpy as np
 
-from convmem._core.shared cimport release_shared, share_garr
+from convmem._core.shared cimport garr_borrow, garr_to_numpy, release_shared, share_garr
 from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_worker_alive, cm_worker_free,
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
-                                    garr_grow, garr_own, garr_reserve, mix64)
+                                    garr_claim, garr_grow, garr_own, garr_reserve, mix64)
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
                                      FieldPostings, PList,
@@ -59,8 +59,10 @@ from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, I
                                      _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
-                                     _cx_segment, _put_block_maxima, _put_char_lists,
-                                     _qlen_sections)
+                                     _cx_segment, _FrozenIndex, _put_block_maxima,
+                                     _put_char_lists, _qlen_sections)
+from convmem._core.query cimport _scan_bigrams
+from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
 from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
                                   _qlen_value, _score, _Scratch)
@@ -68,38 +70,6 @@ from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _gro
 cnp.import_array()
 
 ARRAYS_FORMAT = IX_ARRAYS_FORMAT
-SEAM_WEIGHT = 0.5
-
-
-cdef inline int _cjk_script(uint64_t cp) noexcept:
-    return 1 if 0x3040 <= cp <= 0x309F else (2 if 0x30A0 <= cp <= 0x30FF else 0)
-
-
-def query_weights(keys) -> dict:
-    """The weights of the query's CJK bigram keys (docs/SCORING.md "Query weights"), by key;
-    a key not in the dict weighs 1. `keys`: the query keys in query order."""
-    cdef const uint64_t[::1] qk = _keys_array(keys)
-    cdef int64_t n = qk.shape[0], i = 0, j, r
-    cdef uint64_t a, b
-    cdef double w
-    cdef dict out = {}
-    while i < n:
-        if qk[i] >> 62 != 2:
-            i += 1
-            continue
-        j = i + 1                                     # the run: each bigram starts where the last ended
-        while j < n and qk[j] >> 62 == 2 and (qk[j] >> 21) & CP_MASK == qk[j - 1] & CP_MASK:
-            j += 1
-        for r in range(i, j):
-            w = 1.0 / sqrt(<double>(j - i))
-            a = (qk[r] >> 21) & CP_MASK
-            b = qk[r] & CP_MASK
-            if _cjk_script(a) != _cjk_script(b):
-                w = w * SEAM_WEIGHT
-            if out.get(qk[r], 0.0) < w:               # a key given twice: its larger weight
-                out[qk[r]] = w
-        i = j
-    return {key: w for key, w in out.items() if w != 1.0}
 
 
 # The lead bonus: a group found in a doc's lead (its first IX_LEAD_KEYS content keys) adds this times its
@@ -111,26 +81,6 @@ LEAD_KEYS = IX_LEAD_KEYS
 # 4096 doc ids (measured at 100k and 1M docs, benchmarks/README.md "Choosing the scorer"); below
 # that, its per-window bounds cost more than they skip (mid-frequency terms, no dominant list).
 cdef int64_t IX_PRUNE_DENSITY = 128
-
-
-# ---- numpy and GArr ----------------------------------------------------------------------------
-
-cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
-    """Point at a contiguous numpy array's memory without copying it."""
-    garr_free(a)
-    a.data = <char*>cnp.PyArray_DATA(arr)
-    a.len = arr.nbytes // a.itemsize
-    a.cap = a.len
-    a.owned = False
-    keep.append(arr)
-    return 0
-
-
-cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
-    out = np.empty(shape, dtype=dtype)
-    if a.len > 0:
-        memcpy(cnp.PyArray_DATA(out), a.data, <size_t>(a.len * a.itemsize))
-    return out
 
 
 cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
@@ -160,14 +110,6 @@ cdef int _raise_add_error(int rc) except -1:
         raise MemoryError()
     raise OverflowError({ADD_TERMS: "too many distinct terms", ADD_BUFFER: "buffer too large",
                          ADD_TAGS: "too many tag hashes"}.get(rc, "too many docs"))
-
-
-cdef inline int _own_nogil(GArr* a) noexcept nogil:
-    """garr_own without the GIL: -1 when memory runs out."""
-    if not a.owned:
-        a.shared = False
-        return garr_grow(a, a.len)
-    return 0
 
 
 cdef int _check_doc(int64_t kind, int64_t tier, int64_t role, int64_t importance,
@@ -349,7 +291,7 @@ cdef class SearchIndex:
             if self._table_rebuild(2 * self._t_table.len) < 0:
                 return ADD_NOMEM
         else:
-            if _own_nogil(&self._t_table) < 0:
+            if garr_claim(&self._t_table) < 0:
                 return ADD_NOMEM
             table = <uint32_t*>self._t_table.data
             mask = <uint64_t>self._t_table.len - 1
@@ -522,7 +464,7 @@ cdef class SearchIndex:
             rc = self._add_field(<uint32_t>n, 1, sk, nsk)
         if rc == 0:
             rc = self._add_field(<uint32_t>n, 2, tk, ntk)
-        if rc == 0 and _own_nogil(&self._t_df) < 0:
+        if rc == 0 and garr_claim(&self._t_df) < 0:
             rc = ADD_NOMEM
         if rc < 0:
             return rc
@@ -1381,6 +1323,7 @@ cdef class SearchIndex:
             fz.need_merge = len(fz.segs) > 1 or (len(fz.segs) == 1
                                                   and (<_Segment>fz.segs[0]).v.n_dead > 0)
             fz.cx = None
+            fz.cx_min = IX_CX_MIN
             if len(fz.segs) == 1 and not fz.need_merge and self._cx is not None \
                     and self._cx_for is fz.segs[0]:
                 fz.cx = self._cx
@@ -1541,73 +1484,9 @@ cdef class SearchIndex:
         return ix
 
 
-cdef class _FrozenIndex:
-    """SearchIndex.freeze(): the copied columns and the segments of one moment."""
-    cdef dict base
-    cdef list segs
-    cdef double c0[3]
-    cdef double cb[3]
-    cdef bint need_merge
-    cdef object cx
-
-    def arrays(self) -> dict:
-        """What to_arrays() + block_max_arrays() returned at the freeze (merges the segments
-        into a new one: ValueError if a list of them is damaged)."""
-        cdef _Segment m = None
-        cdef _Segment seg
-        cdef int f
-        base = self.base
-        meta = base["doc_meta"]
-        lens = base["doc_lens"]
-        keys = base["term_keys"]
-        segs = self.segs
-        if self.need_merge:
-            m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL,
-                       <const uint32_t*>cnp.PyArray_DATA(lens), (<_Segment>segs[0]).v.doc_lo,
-                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, self.c0, self.cb)
-            if not _nonempty(m):
-                m = None
-        elif segs:
-            m = <_Segment>segs[0]
-        out = dict(base)
-        out.update(_qlen_sections(<const uint32_t*>cnp.PyArray_DATA(lens), lens.shape[0]))
-        seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
-        for f, name in enumerate(FIELDS):
-            out[f"post_terms_{name}"] = seg_arrays[3 * f]
-            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
-            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
-        if m is None or len(m.bm_arrays) != 9:
-            return out
-        _put_block_maxima(out, m)
-        cx = self.cx
-        if cx is None:
-            cx = _char_segment(m, <const uint64_t*>cnp.PyArray_DATA(keys), keys.shape[0],
-                               IX_CX_MIN, <const uint8_t*>cnp.PyArray_DATA(meta),
-                               <const uint32_t*>cnp.PyArray_DATA(lens), self.c0, self.cb)
-        if cx is not None:
-            _put_char_lists(out, cx)
-        return out
-
-
 cdef tuple _empty_result():
     return (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64),
             np.empty((0, 3), dtype=np.float64))
-
-
-cdef int64_t _scan_bigrams(const uint64_t* keys, int64_t pos, int64_t n, uint32_t c, uint32_t* out,
-                           int64_t cap, int64_t* added) noexcept nogil:
-    """Term ids of the CJK bigram keys holding code point c, from pos on, at most cap of them;
-    returns where the scan stopped."""
-    cdef int64_t m = 0
-    cdef uint64_t key
-    while pos < n and m < cap:
-        key = keys[pos]
-        if key >> 62 == 2 and ((key >> 21) & CP_MASK == c or key & CP_MASK == c):
-            out[m] = <uint32_t>pos
-            m += 1
-        pos += 1
-    added[0] = m
-    return pos
 
 
 # The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by

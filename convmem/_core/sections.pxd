@@ -15,3 +15,13 @@ cdef object _cx_chars(object arrays)
 cdef _Segment _cx_segment(object arrays, uint32_t n)
 cdef object _arr(object arrays, str name, object dtype, object shape)
 cdef int _check_offsets(object off, int64_t total, str name) except -1
+
+
+cdef class _FrozenIndex:
+    cdef dict base          # the doc columns and term arrays copied (or shared) at the freeze
+    cdef list segs          # the segments then (immutable)
+    cdef double c0[3]       # the length normalisation then (SearchIndex._norm)
+    cdef double cb[3]
+    cdef bint need_merge
+    cdef object cx          # the character lists of the one segment, when already built
+    cdef int64_t cx_min     # IX_CX_MIN: a character's own lists from this many postings

@@ -1,14 +1,16 @@
 """The search index's snapshot sections beside its posting lists (docs/SCORING.md "Storage"):
 what SearchIndex.from_arrays checks as it adopts them (dtypes, shapes, offsets, the character
-lists' segment) and what block_max_arrays and a frozen index's arrays() store with the lists
-(block maxima, character lists, the docs' length codes). The lists themselves: postings.pyx."""
+lists' segment) and what block_max_arrays and a frozen index's arrays() (_FrozenIndex, the
+state of SearchIndex.freeze) store with the lists (block maxima, character lists, the docs'
+length codes). The lists themselves: postings.pyx."""
 
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 import numpy as np
 
-from convmem._core.postings cimport _Segment, _adopted_segment
+from convmem._core.postings cimport (_Segment, _adopted_segment, _char_segment,
+                                     _empty_field_arrays, _merge, _nonempty)
 from convmem._core.score cimport _qlen_code
 
 cnp.import_array()
@@ -112,6 +114,49 @@ cdef int _check_offsets(object off, int64_t total, str name) except -1:
             or not bool(np.all(off[1:] >= off[:n - 1])):
         raise ValueError(f"bad {name}")
     return 0
+
+
+cdef class _FrozenIndex:
+    """SearchIndex.freeze(): the copied columns and the segments of one moment (fields:
+    sections.pxd)."""
+
+    def arrays(self) -> dict:
+        """What to_arrays() + block_max_arrays() returned at the freeze (merges the segments
+        into a new one: ValueError if a list of them is damaged)."""
+        cdef _Segment m = None
+        cdef _Segment seg
+        cdef int f
+        base = self.base
+        meta = base["doc_meta"]
+        lens = base["doc_lens"]
+        keys = base["term_keys"]
+        segs = self.segs
+        if self.need_merge:
+            m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL,
+                       <const uint32_t*>cnp.PyArray_DATA(lens), (<_Segment>segs[0]).v.doc_lo,
+                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, self.c0, self.cb)
+            if not _nonempty(m):
+                m = None
+        elif segs:
+            m = <_Segment>segs[0]
+        out = dict(base)
+        out.update(_qlen_sections(<const uint32_t*>cnp.PyArray_DATA(lens), lens.shape[0]))
+        seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
+        for f, name in enumerate(FIELDS):
+            out[f"post_terms_{name}"] = seg_arrays[3 * f]
+            out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]
+            out[f"post_data_{name}"] = seg_arrays[3 * f + 2]
+        if m is None or len(m.bm_arrays) != 9:
+            return out
+        _put_block_maxima(out, m)
+        cx = self.cx
+        if cx is None:
+            cx = _char_segment(m, <const uint64_t*>cnp.PyArray_DATA(keys), keys.shape[0],
+                               self.cx_min, <const uint8_t*>cnp.PyArray_DATA(meta),
+                               <const uint32_t*>cnp.PyArray_DATA(lens), self.c0, self.cb)
+        if cx is not None:
+            _put_char_lists(out, cx)
+        return out
 
 
 # The build this module comes from ("debug" or "release"), read by convmem._core.BUILD_TYPE.

@@ -1,3 +1,5 @@
+cimport numpy as cnp
+
 from convmem._core._common cimport GArr
 
 
@@ -7,3 +9,5 @@ cdef class SharedBlock:
 
 cdef object share_garr(GArr* a, object dtype, tuple shape, list registry)
 cdef int release_shared(list registry) except -1
+cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1
+cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape)

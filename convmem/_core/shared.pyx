@@ -5,7 +5,8 @@ index's per-doc values set once and term keys, the id map's ids) are handed over
 numpy views of their own memory: the block becomes a SharedBlock's, which the views hold, the
 GArr goes on appending past their end (growing copies rather than reallocates; a change in
 place copies first, garr_own), and release_shared gives the memory back to the GArr once no
-view of it is left. Its users (index.pyx, idmap.pyx) keep one registry list each.
+view of it is left. Its users (index.pyx, idmap.pyx) keep one registry list each. Also the
+plain copy (garr_to_numpy) and borrow (garr_borrow) between a GArr and a numpy array.
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_RawFree
@@ -14,7 +15,8 @@ from libc.stdint cimport intptr_t
 
 import numpy as np
 
-from convmem._core._common cimport CM_ASSERT
+from convmem._core._common cimport CM_ASSERT, garr_free
+from libc.string cimport memcpy
 
 cnp.import_array()
 
@@ -80,3 +82,23 @@ cdef int release_shared(list registry) except -1:
         a.shared = False
     registry[:] = kept
     return 0
+
+
+# ---- plain copies and borrows between a GArr and numpy --------------------------------------
+
+cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
+    """Point at a contiguous numpy array's memory without copying it."""
+    garr_free(a)
+    a.data = <char*>cnp.PyArray_DATA(arr)
+    a.len = arr.nbytes // a.itemsize
+    a.cap = a.len
+    a.owned = False
+    keep.append(arr)
+    return 0
+
+
+cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
+    out = np.empty(shape, dtype=dtype)
+    if a.len > 0:
+        memcpy(cnp.PyArray_DATA(out), a.data, <size_t>(a.len * a.itemsize))
+    return out
