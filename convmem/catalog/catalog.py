@@ -291,18 +291,19 @@ class Catalog:
             if t is None:
                 t = by_tags[tags] = (tag_keys(rec[R_TAGS]), tag_hashes(rec[R_TAGS]))
             tagged.append(t)
+        kinds = [r[R_KIND] for r in recs]
+        stamps = [r[R_TIMESTAMP] for r in recs]
         indexing = _IndexingThread(index, (
             doc0, contents, [token_keys(r[R_SUMMARY]) if r[R_SUMMARY] else EMPTY_KEYS for r in recs],
-            [t[0] for t in tagged], [t[1] for t in tagged], nums, [r[R_KIND] for r in recs],
-            [r[R_TIER] for r in recs], [r[R_IMPORTANCE] for r in recs],
-            [r[R_TIMESTAMP] for r in recs], b"".join([r[R_ULID] for r in recs]),
-            [r[R_ROLE] for r in recs]))
+            [t[0] for t in tagged], [t[1] for t in tagged], nums, kinds,
+            [r[R_TIER] for r in recs], [r[R_IMPORTANCE] for r in recs], stamps,
+            b"".join([r[R_ULID] for r in recs]), [r[R_ROLE] for r in recs]))
         n = 0
         try:
-            for rec, num in zip(recs, nums):
-                ts, ulid = rec[R_TIMESTAMP], rec[R_ULID]
+            for rec, num, kind, ts in zip(recs, nums, kinds, stamps):
+                ulid = rec[R_ULID]
                 slot = ids.add(ulid)
-                sessions.insert(num, ts, slot, ulid, rec[R_KIND])
+                sessions.insert(num, ts, slot, ulid, kind)
                 self.recall.touch_session(session_at(num))
                 if rec[R_RELATIONS]:
                     relations.add_new(slot, rec[R_RELATIONS])
@@ -313,12 +314,12 @@ class Catalog:
             self.doc_offset.extend(offsets[:n])
             self.doc_len.extend(lengths[:n])
             self.doc_slot.extend(range(slot0, slot0 + n))
-            self.doc_kind.extend([rec[R_KIND] for rec in recs[:n]])
+            self.doc_kind.extend(kinds[:n])
             self.doc_flags.extend([doc_flags(rec) for rec in recs[:n]])
             self.recall.add_batch(slot0, recs[:n], contents[:n])
             self.slot_doc.extend(range(doc0, doc0 + n))
             self.slot_session.extend(nums[:n])
-            self.slot_ts.extend([rec[R_TIMESTAMP] for rec in recs[:n]])
+            self.slot_ts.extend(stamps[:n])
             self.live_bytes += sum(lengths[:n])
             self.update_records += sum(1 for rec in recs[:n] if rec[R_REVISION] > 1)
             self.unsaved_records += n
