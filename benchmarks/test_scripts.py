@@ -118,7 +118,10 @@ def test_import_scale(tmp_path: Path) -> None:
     for mode in res["modes"].values():
         assert mode["runs"][0]["messages"] == 300
     assert sum(res["modes"]["on"]["runs"][0]["gc_passes"].values()) > 0
-    assert res["paused_over_on"] > 0
+    assert res["ratio"]["of"] == "paused / on" and res["ratio"]["import_s"] > 0
+    serial = json.loads(run("import_scale.py", "--messages", "300", "--modes", "serial",
+                            data=tmp_path).stdout)
+    assert serial["modes"]["serial"]["runs"][0]["messages"] == 300
     assert run("import_scale.py", "--modes", "off", data=tmp_path, ok=False).returncode == 2
 
 

@@ -1,6 +1,7 @@
 """Guards of MemoryStore's write protocol: the in-memory work after a durable append is not cut
 short (Applying), and a write that found the snapshot's index damaged runs once more on a state
-rebuilt from the log (IndexRebuilt, once_more)."""
+rebuilt from the log (IndexRebuilt, once_more), and the store's mutex, taken only once an
+import's indexing has caught up (StoreMutex)."""
 from __future__ import annotations
 
 import functools
@@ -17,6 +18,32 @@ if TYPE_CHECKING:
 _T = TypeVar("_T")
 _DEFERRED_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 _MAIN_THREAD = threading.main_thread().ident  # (Python runs signal handlers there only)
+
+
+class StoreMutex:
+    """The store's reentrant lock. A bulk import leaves each batch's indexing running on its
+    own thread while the next batch is read, checked and encoded (Catalog.apply_new_batch with
+    settle_later); whoever takes this lock first waits for that batch (`settle`, called with the
+    lock held), so no other call ever sees a batch half indexed. The import itself takes `raw`,
+    the lock without the wait, and settles at the point where it needs the index."""
+
+    __slots__ = ("raw", "_settle")
+
+    def __init__(self, settle: Callable[[], None]) -> None:
+        self.raw = threading.RLock()
+        self._settle = settle
+
+    def __enter__(self) -> "StoreMutex":
+        self.raw.acquire()
+        try:
+            self._settle()
+        except BaseException:
+            self.raw.release()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.raw.release()
 
 
 class IndexRebuilt(Exception):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from . import bulk, gc_pause, search, snapshots, views
 from .trash import TrashTools
-from .guards import Applying, IndexRebuilt, is_index_damage, once_more
+from .guards import Applying, IndexRebuilt, StoreMutex, is_index_damage, once_more
 from .paging import Cursors
 from .recall import RecallTools
 from .records import RecordReader, message, metadata_of, new_record
@@ -72,7 +71,7 @@ class MemoryStore(RecallTools, TrashTools):
         """`read_only`: for a store on read-only media or in a directory this user may not write
         (a backup): nothing is created, written, truncated or renamed; every write tool answers
         IO_ERROR; a torn tail is left in place and not served."""
-        self._mutex = threading.RLock()
+        self._mutex = StoreMutex(self._settle_indexing)
         self.directory = directory
         self.read_only = read_only
         if read_only:
@@ -136,6 +135,8 @@ class MemoryStore(RecallTools, TrashTools):
         try:
             with gc_pause.paused():
                 yield
+            with self._mutex.raw:  # (the last batch's indexing: its failure is the import's)
+                self._settle_indexing(raise_failure=True)
         finally:
             with self._mutex:
                 self._defer_snapshots -= 1
@@ -217,6 +218,25 @@ class MemoryStore(RecallTools, TrashTools):
         self._set_catalog(self._empty_catalog())
         recovery.replay(self._log, self._catalog, codec.LOG_HEADER_SIZE, self._findings)
         self._try_snapshot("snapshot after reloading")
+
+    def _settle_indexing(self, *, raise_failure: bool = False) -> None:
+        """Wait for the batch a bulk import left indexing (guards.StoreMutex; the caller holds
+        the lock). If its indexing failed, the state is rebuilt from the log, where the batch's
+        records are durable, as when a write's in-memory work fails: the import sees the error
+        (`raise_failure`), any other call goes on with the rebuilt state."""
+        catalog = getattr(self, "_catalog", None)
+        if catalog is None or not catalog.indexing_pending:
+            return
+        try:
+            catalog.settle()
+        except Exception as exc:  # (KeyboardInterrupt in the wait passes; the batch stays pending)
+            self.last_error = f"INTERNAL_ERROR: indexing an import batch failed ({exc})"
+            if is_index_damage(exc):
+                self._index_damaged(exc)
+            else:
+                self._rebuild_state(f"indexing an import batch failed ({type(exc).__name__})")
+            if raise_failure:
+                raise
 
     def _index_damaged(self, exc: ValueError) -> None:
         self._reload_from_log(f"CORRUPT_STORE: the snapshot's search index is damaged ({exc}); "
@@ -653,7 +673,9 @@ class MemoryStore(RecallTools, TrashTools):
         """
         results: list[ImportOutcome] = []
         compare = existing == "compare"
-        with self._mutex:
+        # (raw: the batch before may still be indexing while this one is checked; the ids,
+        # sessions and columns it reads are complete, and it settles before the index is used)
+        with self._mutex.raw:
             self._check_open()
             cat = self._catalog
             prepared = []
@@ -674,19 +696,25 @@ class MemoryStore(RecallTools, TrashTools):
                     results.append(exc)
             if not prepared or (all_or_nothing and len(prepared) != len(items)):
                 return results
-            cat.check_room(len(prepared), len(prepared))
             encode_message, encode_record, rtype = codec.encode_message, codec.encode_record, codec.REC_MESSAGE
             seq = cat.last_seq
             frames = [encode_record(rtype, seq + i, encode_message(*rec))
                       for i, rec in enumerate(prepared, start=1)]
+            if cat.indexing_failed:  # (a batch before this one; nothing of this one is written)
+                self._settle_indexing(raise_failure=True)
+            cat.check_room(len(prepared), len(prepared))
+            bulk_import = self._defer_snapshots > 0
             with self._applying("an import batch was interrupted after its records were durable",
                                 durable=False) as applying:
                 offsets = self._append(frames)  # (IO_ERROR: nothing was appended)
                 applying.durable = True
                 cat.last_seq = seq + len(frames)
                 cat.last_record_offset = offsets[-1]
-                cat.apply_new_batch(prepared, offsets, [len(f) for f in frames])
-            self._after_write()
+                # A bulk import goes on with its next batch while the index takes this one.
+                cat.apply_new_batch(prepared, offsets, [len(f) for f in frames],
+                                    settle_later=bulk_import)
+            if not bulk_import:  # (deferring_snapshots' end looks at the snapshot)
+                self._after_write()
         return results
 
     # =====================================================================================

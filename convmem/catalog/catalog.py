@@ -15,6 +15,7 @@ the catalog in between: the store holds its lock.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -74,6 +75,7 @@ class Catalog:
         self.deleted_messages = 0
         self.live_bytes = 0
         self.unsaved_records = 0  # records applied since the state was last saved (snapshot)
+        self._indexing: _IndexingWorker | None = None  # import batches still being indexed
 
     # -- lookups -------------------------------------------------------------------------
     def ulid_of(self, slot: int) -> bytes:
@@ -131,7 +133,7 @@ class Catalog:
         if len(self.ids) + new_messages > domain.MAX_MESSAGES:
             raise ConvMemError(INTERNAL_ERROR, f"the store holds the most messages its format "
                                                f"numbers ({domain.MAX_MESSAGES})")
-        if self.index.n_docs + new_versions > domain.MAX_VERSIONS:
+        if self.doc_offset.n + new_versions > domain.MAX_VERSIONS:  # (= index.n_docs, settled)
             raise ConvMemError(INTERNAL_ERROR, f"the store holds the most stored versions its "
                                                f"format numbers ({domain.MAX_VERSIONS}); "
                                                f"rebuild_index drops replaced and deleted ones")
@@ -268,14 +270,25 @@ class Catalog:
                 if i >= 0 and int(self.trash.docs.data[i]) == doc:
                     self.trash.discard(slot)  # (its deleted version cannot be read back)
 
-    def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int]) -> None:
+    def apply_new_batch(self, recs: list[Record], offsets: list[int], lengths: list[int], *,
+                        settle_later: bool = False) -> None:
         """Apply appended records of new messages (ids checked unused) as apply_message would
         one by one, with each column extended once for the batch. The index takes the batch
         in one add_batch, on a thread of its own when the compiled index buffers it without the
-        GIL (_IndexingThread), while the other structures take it here."""
+        GIL (_IndexingWorker), while the other structures take it here.
+
+        With `settle_later` (a bulk import), the index may still be taking the batch, and the
+        ones before it, when this returns: the caller reads and checks the next batch
+        meanwhile, and must call settle() before anything else uses this catalog (MemoryStore's
+        mutex does it when taken)."""
+        threaded = (getattr(self.index, "ADD_BATCH_RELEASES_GIL", False)
+                    and len(recs) >= THREAD_MIN_BATCH)
+        if not (settle_later and threaded):
+            self.settle()
+        # (the index's next doc once the batches queued before are in; add_batch checks it)
+        doc0 = self.doc_offset.n if self._indexing is not None else self.index.n_docs
         index, ids, sessions, relations = self.index, self.ids, self.sessions, self.relations
         session_at = sessions.at
-        doc0 = index.n_docs
         slot0 = len(ids)
         token_keys = tokenizer.token_keys
         # New sessions are numbered in the order of their first message, as one by one.
@@ -293,11 +306,17 @@ class Catalog:
             tagged.append(t)
         kinds = [r[R_KIND] for r in recs]
         stamps = [r[R_TIMESTAMP] for r in recs]
-        indexing = _IndexingThread(index, (
+        args = (
             doc0, contents, [token_keys(r[R_SUMMARY]) if r[R_SUMMARY] else EMPTY_KEYS for r in recs],
             [t[0] for t in tagged], [t[1] for t in tagged], nums, kinds,
             [r[R_TIER] for r in recs], [r[R_IMPORTANCE] for r in recs], stamps,
-            b"".join([r[R_ULID] for r in recs]), [r[R_ROLE] for r in recs]))
+            b"".join([r[R_ULID] for r in recs]), [r[R_ROLE] for r in recs])
+        if threaded:
+            if self._indexing is None:
+                self._indexing = _IndexingWorker(index)
+            self._indexing.submit(args)
+        else:
+            index.add_batch(*args)
         n = 0
         try:
             for rec, num, kind, ts in zip(recs, nums, kinds, stamps):
@@ -309,7 +328,8 @@ class Catalog:
                     relations.add_new(slot, rec[R_RELATIONS])
                 n += 1
         finally:
-            indexing.join()  # (its error, if any, is raised here: the store rebuilds its state)
+            if not (settle_later and n == len(recs)):
+                self.settle()  # (its error, if any, is raised here: the store rebuilds its state)
             # The columns of the records applied (all of them unless one raised).
             self.doc_offset.extend(offsets[:n])
             self.doc_len.extend(lengths[:n])
@@ -323,6 +343,28 @@ class Catalog:
             self.live_bytes += sum(lengths[:n])
             self.update_records += sum(1 for rec in recs[:n] if rec[R_REVISION] > 1)
             self.unsaved_records += n
+
+    @property
+    def indexing_pending(self) -> bool:
+        """Whether batches apply_new_batch(settle_later=True) queued may still be indexing."""
+        return self._indexing is not None
+
+    @property
+    def indexing_failed(self) -> bool:
+        """Whether one of the batches queued failed to index (settle() raises its error)."""
+        return self._indexing is not None and self._indexing.failed
+
+    def settle(self) -> None:
+        """Wait until the index has taken every batch apply_new_batch queued, and end its
+        thread; raises the first error of their add_batch (the index may then hold part of
+        the batches, and the store rebuilds its state from the log)."""
+        worker = self._indexing
+        if worker is not None:
+            try:
+                worker.finish()
+            finally:
+                if worker.finished:  # (an interrupted wait leaves it pending)
+                    self._indexing = None
 
     # -- snapshot state --------------------------------------------------------------------
     def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -573,33 +615,60 @@ EMPTY_TAGS: tuple[str, ...] = ()
 THREAD_MIN_BATCH = 64  # smaller batches are indexed inline (a thread costs ~0.1 ms to start)
 
 
-class _IndexingThread:
-    """index.add_batch(*args) on a thread of its own while the caller goes on (the compiled
-    index buffers postings without the GIL: an import batch's indexing then overlaps the
-    catalog's Python work on a second core), or inline for the pure-Python twin and small
-    batches. join() waits and raises what add_batch raised."""
+class _IndexingWorker:
+    """index.add_batch of import batches, in the order submitted, on one thread of its own
+    while the caller goes on (the compiled index buffers postings without the GIL, so a batch's
+    indexing overlaps the catalog's Python work and the reading, checking and writing of the
+    batches after it, on a second core). Up to QUEUE_BATCHES wait: a flush or merge of the
+    index that takes longer than a batch does not stall the import, and what waits stays
+    bounded. After an error the batches still queued are dropped (the store rebuilds its
+    state from the log); finish() raises it."""
 
-    __slots__ = ("_thread", "_error")
+    QUEUE_BATCHES = 32
 
-    def __init__(self, index: Any, args: tuple) -> None:
+    __slots__ = ("_index", "_queue", "_thread", "_error", "_closing")
+
+    def __init__(self, index: Any) -> None:
+        self._index = index
+        self._queue: queue.Queue[tuple | None] = queue.Queue(self.QUEUE_BATCHES)
         self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        if getattr(index, "ADD_BATCH_RELEASES_GIL", False) and len(args[1]) >= THREAD_MIN_BATCH:
-            self._thread = threading.Thread(target=self._run, args=(index, args),
-                                            name="convmem-index", daemon=True)
-            self._thread.start()
-        else:
-            index.add_batch(*args)
+        self._closing = False
+        self._thread: threading.Thread | None = threading.Thread(
+            target=self._loop, name="convmem-index", daemon=True)
+        self._thread.start()
 
-    def _run(self, index: Any, args: tuple) -> None:
-        try:
-            index.add_batch(*args)
-        except BaseException as exc:  # (raised again by join, on the caller's thread)
-            self._error = exc
+    def _loop(self) -> None:
+        while True:
+            args = self._queue.get()
+            if args is None:
+                return
+            if self._error is None:
+                try:
+                    self._index.add_batch(*args)
+                except BaseException as exc:  # (raised again by finish, on the caller's thread)
+                    self._error = exc
 
-    def join(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-            if self._error is not None:
-                raise self._error
+    def submit(self, args: tuple) -> None:
+        """Queue add_batch(*args); waits while QUEUE_BATCHES are queued."""
+        self._queue.put(args)
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    @property
+    def finished(self) -> bool:
+        """Whether finish() has seen every batch through (its error raised, if any)."""
+        return self._thread is None
+
+    def finish(self) -> None:
+        """Wait for every batch submitted and end the thread; raises the first error."""
+        if self._thread is None:
+            return
+        if not self._closing:
+            self._closing = True
+            self._queue.put(None)
+        self._thread.join()
+        self._thread = None
+        if self._error is not None:
+            raise self._error

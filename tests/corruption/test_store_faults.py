@@ -48,7 +48,7 @@ def enospc(*_args, **_kwargs):
 def test_interrupt_while_a_batch_is_applied_leaves_no_invisible_record(store_dir, monkeypatch):
     real = store_module.Catalog.apply_new_batch
 
-    def interrupted(self, recs, offsets, lengths):
+    def interrupted(self, recs, offsets, lengths, **kwargs):
         real(self, recs[:3], offsets[:3], lengths[:3])  # part of the batch applied...
         raise KeyboardInterrupt  # ...then Ctrl-C
 
