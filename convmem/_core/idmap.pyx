@@ -13,6 +13,8 @@ from convmem._core.shared cimport release_shared, share_garr
 from convmem._core._common cimport (GArr, garr_bytes, garr_free, garr_init, garr_reserve,
                                     load_u64_be, mix64)
 
+import functools
+
 import numpy as np
 
 
@@ -23,6 +25,24 @@ cdef inline uint64_t _hash(const uint8_t* key) noexcept nogil:
 
 cdef inline uint8_t* _key(const GArr* keys, Py_ssize_t slot) noexcept nogil:
     return <uint8_t*>keys.data + 16 * slot
+
+
+def _table_of(const uint8_t[:, ::1] keys not None, Py_ssize_t capacity):
+    """The table of an IdMap of `capacity` that holds `keys` (slot order): IdMap.frozen_table."""
+    cdef Py_ssize_t n = keys.shape[0], s, i, mask = capacity - 1
+    if capacity < 2 * n or (capacity & mask) != 0:
+        raise ValueError("capacity must be a power of two, at least twice the ids")
+    out = np.empty(capacity, dtype=np.int32)
+    cdef int32_t[::1] t = out
+    with nogil:  # (the fill too: a background snapshot's thread holds the GIL for nothing big)
+        if capacity:
+            memset(&t[0], 0xFF, capacity * sizeof(int32_t))
+        for s in range(n):
+            i = <Py_ssize_t>(_hash(&keys[s, 0]) & <uint64_t>mask)
+            while t[i] >= 0:
+                i = (i + 1) & mask
+            t[i] = <int32_t>s
+    return out
 
 
 cdef class IdMap:
@@ -152,6 +172,14 @@ cdef class IdMap:
     def release_frozen(self) -> None:
         """The ids a keys_array(share=True) handed out are no longer viewed (shared.pyx)."""
         release_shared(self._shared)
+
+    def frozen_table(self):
+        """A function that returns, on any thread and while ids go on being added, what
+        table_array() returns now. It places the ids of now (a shared keys_array view) in slot
+        order into an empty table of this capacity, which is how the live table came to be
+        (adds place slots in order; a growth places them all again in order), without the GIL:
+        a background snapshot then copies no table under the store's lock."""
+        return functools.partial(_table_of, self.keys_array(share=True), self.capacity)
 
     def table_array(self):
         """A copy of the hash table (int32), for snapshots."""

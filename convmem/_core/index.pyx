@@ -1318,6 +1318,7 @@ cdef class SearchIndex:
         with self._lock:
             self._flush()
             fz.base = self._doc_arrays(True)
+            fz.table_len = self._t_table.len  # (arrays() builds the term table: no copy here)
             fz.segs = list(self._segs)
             self._norm(fz.c0, fz.cb)
             fz.need_merge = len(fz.segs) > 1 or (len(fz.segs) == 1
@@ -1352,7 +1353,9 @@ cdef class SearchIndex:
         (nothing below their length changes: per-doc values set once, term keys) are instead
         views of their memory (shared.share_garr): the index goes on appending
         past them and copies only if it must grow meanwhile. The columns changed in place
-        (doc flags, document frequencies, the term table) are copied."""
+        (doc flags, document frequencies) are copied, and so is the term table, except with
+        `share`: its layout depends only on the term keys (_table_rebuild), so a frozen index
+        builds it again from their shared view (sections._term_table) off the lock."""
         cdef int64_t n = self._n_docs, T = self._t_keys.len
         out = {
             "format": np.array(IX_ARRAYS_FORMAT, dtype=np.int64),
@@ -1362,8 +1365,9 @@ cdef class SearchIndex:
                                 dtype=np.int64),
             "term_keys": self._column(&self._t_keys, np.uint64, (T,), share),
             "term_df": garr_to_numpy(&self._t_df, np.uint32, (T,)),
-            "term_table": garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,)),
         }
+        if not share:
+            out["term_table"] = garr_to_numpy(&self._t_table, np.uint32, (self._t_table.len,))
         out["doc_meta"] = garr_to_numpy(&self._meta, np.uint8, (n,))
         out["doc_importance"] = self._column(&self._imp, np.uint8, (n,), share)
         out["doc_session"] = self._column(&self._sess, np.int32, (n,), share)

@@ -1,6 +1,8 @@
 """Pure-Python twin of idmap.IdMap (the test oracle): a list of ids and a dict."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 
@@ -47,6 +49,10 @@ class IdMap:
 
     def release_frozen(self) -> None:
         """The compiled IdMap takes shared memory back here; this one shares none."""
+
+    def frozen_table(self) -> Callable[[], np.ndarray]:
+        """What table_array() returns now, as a function (the compiled IdMap's builds it)."""
+        return self.table_array
 
     def table_array(self) -> np.ndarray:
         return np.zeros(0, dtype=np.int32)  # the twin has no table; from_arrays rebuilds

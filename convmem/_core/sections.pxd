@@ -25,3 +25,4 @@ cdef class _FrozenIndex:
     cdef bint need_merge
     cdef object cx          # the character lists of the one segment, when already built
     cdef int64_t cx_min     # IX_CX_MIN: a character's own lists from this many postings
+    cdef int64_t table_len  # the term table's capacity then (arrays() builds the table)

@@ -12,10 +12,32 @@ import numpy as np
 from convmem._core.postings cimport (_Segment, _adopted_segment, _char_segment,
                                      _empty_field_arrays, _merge, _nonempty)
 from convmem._core.score cimport _qlen_code
+from convmem._core._common cimport mix64
 
 cnp.import_array()
 
 FIELDS = ("content", "summary", "tags")  # the index's fields, in their order
+
+
+cdef object _term_table(object keys, int64_t cap):
+    """The index's term table of capacity `cap` for these term keys (term-id order), as
+    SearchIndex._table_rebuild lays it out: slot mix64(key) & (cap - 1) or the next free one
+    holds term id + 1. A frozen index builds it from the shared keys instead of the freeze
+    copying the live table under the lock."""
+    table = np.zeros(cap, dtype=np.uint32)
+    cdef uint32_t* t = <uint32_t*>cnp.PyArray_DATA(table)
+    cdef const uint64_t* k = <const uint64_t*>cnp.PyArray_DATA(keys)
+    cdef int64_t n = keys.shape[0], i
+    cdef uint64_t mask = <uint64_t>cap - 1, slot
+    if cap < 2 * n or (cap & (cap - 1)) != 0:
+        raise ValueError("the term table's capacity must be a power of two, at least twice the terms")
+    with nogil:
+        for i in range(n):
+            slot = mix64(k[i]) & mask
+            while t[slot] != 0:
+                slot = (slot + 1) & mask
+            t[slot] = <uint32_t>(i + 1)
+    return table
 
 
 cdef dict _qlen_sections(const uint32_t* ln, int64_t n):
@@ -140,6 +162,7 @@ cdef class _FrozenIndex:
         elif segs:
             m = <_Segment>segs[0]
         out = dict(base)
+        out["term_table"] = _term_table(keys, self.table_len)
         out.update(_qlen_sections(<const uint32_t*>cnp.PyArray_DATA(lens), lens.shape[0]))
         seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
         for f, name in enumerate(FIELDS):

@@ -387,7 +387,7 @@ class Catalog:
     def freeze_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                     Callable[[], dict[str, np.ndarray]]]:
         """snapshot_state in two steps, for a snapshot written in the background: the meta and
-        the frozen sections but the histories' and the index's, taken now (cheap: views and
+        the frozen sections but the histories', the id table and the index's, taken now (cheap: views and
         copies), and a function that returns those of this same moment (the index's with "ix."
         names, merged when it is called), on any thread, while the state goes on changing
         (SearchIndex.freeze; ValueError if a posting list is damaged). The live index is not
@@ -417,8 +417,9 @@ class Catalog:
 
     def _state_sections(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                        Callable[[], dict[str, np.ndarray]]]:
-        """(meta, the frozen sections, a function that returns the histories' sections of
-        this moment: concatenated when called, from SessionIndex.freeze's views)."""
+        """(meta, the frozen sections, a function that returns the histories' sections and the
+        id table of this moment: concatenated and built when called, from SessionIndex.freeze's
+        and IdMap.frozen_table's views)."""
         meta = {
             **_versions_meta(self.sessions.names),
             "last_seq": self.last_seq,
@@ -431,14 +432,14 @@ class Catalog:
         meta.update(recall_meta)
         arrays = {
             "slot_ulid": self.ids.keys_array(share=True),
-            "id_table": self.ids.table_array(),
             **{name: col.frozen() for name, col in self._columns().items()},
             **self.relations.arrays(),
             **recall_arrays,
             **self.trash.arrays(),
         }
         histories = self.sessions.freeze()
-        return meta, arrays, lambda: _history_arrays(histories)
+        id_table = self.ids.frozen_table()  # (the id table is built by `later`, off the lock)
+        return meta, arrays, lambda: {**_history_arrays(histories), "id_table": id_table()}
 
     @staticmethod
     def snapshot_is_current(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bool:

@@ -103,3 +103,38 @@ def test_shared_keys_stay_as_they_were_until_released():
     m.release_frozen()  # no view left: the memory is the map's again
     m.add(bytes(15) + b"\x01")
     assert m.keys_array().tobytes() == ref + bytes(15) + b"\x01"
+
+
+@pytest.mark.parametrize("grow_after", [0, 1, 5000])
+def test_frozen_table_is_the_table_of_that_moment(grow_after):
+    """frozen_table() builds, later and off the map, exactly the table table_array() copied
+    at the call (the map filled in slot order, grown on the way, then more ids added after, up
+    to past the next growth); a map restored from it finds every id."""
+    m = compiled.IdMap(16)
+    for _ in range(3000):
+        m.add(os.urandom(16))
+    want = m.table_array()
+    keys = m.keys_array()
+    build = m.frozen_table()
+    for _ in range(grow_after):
+        m.add(os.urandom(16))
+    got = build()
+    assert got.dtype == np.int32 and np.array_equal(got, want)
+    restored = compiled.IdMap.from_arrays(keys, got)
+    assert [restored.get(k.tobytes()) for k in keys] == list(range(len(keys)))
+    m.release_frozen()
+
+
+def test_frozen_table_of_a_map_restored_from_a_snapshot_table():
+    m = compiled.IdMap()
+    for _ in range(700):
+        m.add(os.urandom(16))
+    r = compiled.IdMap.from_arrays(m.keys_array(), m.table_array())  # (borrowed table)
+    assert np.array_equal(r.frozen_table()(), m.table_array())
+    r.release_frozen()
+
+
+def test_the_twin_frozen_table_is_its_table_array():
+    m = twin.IdMap()
+    m.add(os.urandom(16))
+    assert np.array_equal(m.frozen_table()(), m.table_array())
