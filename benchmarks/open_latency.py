@@ -41,7 +41,8 @@ p99, max. Also the index core alone (index.search on the query's keys) for the s
 `writes`: a COPY of DIR (the store is written to) in a temporary directory: write_message
 (1 KiB) latency with no snapshot running, and from a write that makes a periodic snapshot due
 (the store's record count since the last one is set to the interval first) until that snapshot is
-on disk (a store that writes it in the background: every write meanwhile); beside each, the
+on disk (a store that writes it in the background: every write meanwhile, snapshots again
+until at least `count` writes are measured: each snapshot is measured whole); beside each, the
 durability floor (a 1 KiB append + fdatasync in the same directory). trigger_write_ms: the
 triggering writes alone.
 
@@ -338,7 +339,8 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
             quiet_w.append(w)
             quiet_f.append(f)
         # A periodic snapshot, as a write triggers it (store._after_write): the write that makes
-        # it due, then writes until it is on disk. Measured: every write from the trigger on.
+        # it due, then writes until it is on disk, snapshots again until `count` writes are
+        # measured. Measured: every write from the trigger on.
         from convmem.api import snapshots as snapshot_cadence
         during_w, during_f = [], []
         trigger_w: list[float] = []
@@ -356,7 +358,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
             during_w.append(w)
             during_f.append(f)
             job = getattr(st, "_snapshot_job", None)
-            while job is not None and not job.finished() and len(during_w) < args.count:
+            while job is not None and not job.finished():  # (until it is on disk)
                 w, f = one_write(10_000 + len(during_w))
                 during_w.append(w)
                 during_f.append(f)

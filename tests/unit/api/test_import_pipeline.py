@@ -102,9 +102,15 @@ def test_no_other_call_sees_a_batch_half_indexed(store_dir):
     done = threading.Event()
     errors: list[BaseException] = []
 
+    def paced():  # (the import lets go of the lock between batches, as reading a file does)
+        for i, item in enumerate(items(n)):
+            if i % BATCH == 0:
+                time.sleep(0.01)
+            yield item
+
     def run() -> None:
         try:
-            s.import_messages(items(n), batch_size=BATCH)
+            s.import_messages(paced(), batch_size=BATCH)
         except BaseException as exc:  # (reported by the assertion below)
             errors.append(exc)
         finally:

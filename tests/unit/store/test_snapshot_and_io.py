@@ -165,3 +165,48 @@ def test_atomic_write_sets_the_mode_and_keeps_the_old_file_on_failure(tmp_path, 
     with pytest.raises(OSError):
         write_file_atomically(path, [b"x"], counters)
     assert path.read_bytes() == b"onetwo" and not (tmp_path / "file.tmp").exists()
+
+
+def test_a_big_file_is_written_back_a_piece_at_a_time(tmp_path, monkeypatch):
+    """write_file_atomically starts each WRITE_BACK_BYTES piece's writeback once it is written
+    and waits for the piece before, so the file's dirty bytes stay bounded; the bytes are
+    exactly the chunks, however they fall across pieces."""
+    calls: list[tuple[int, int, bool]] = []
+    from convmem._core import syncer
+    real = syncer.write_back
+
+    def noted(fd: int, offset: int, nbytes: int, wait: bool) -> None:
+        calls.append((offset, nbytes, wait))
+        real(fd, offset, nbytes, wait)
+
+    monkeypatch.setattr(store_io, "WRITE_BACK_BYTES", 1000)
+    monkeypatch.setattr(syncer, "write_back", noted)
+    chunks = [os.urandom(n) for n in (10, 2500, 0, 999, 1, 4000, 7)]
+    path = tmp_path / "big.bin"
+    size = write_file_atomically(path, iter(chunks), IoCounters())
+    assert size == sum(map(len, chunks)) and path.read_bytes() == b"".join(chunks)
+    started = [(o, n) for o, n, w in calls if not w]
+    waited = [(o, n) for o, n, w in calls if w]
+    # the started ranges tile the file from 0, each at least a piece, the last piece's tail aside
+    assert started[0][0] == 0 and all(a[0] + a[1] == b[0] for a, b in zip(started, started[1:]))
+    assert all(n >= 1000 for _, n in started) and started[-1][0] + started[-1][1] > size - 1000
+    # each wait is for everything started before the range being started then
+    assert waited and waited[0][0] == 0
+    assert all(a[0] + a[1] == b[0] for a, b in zip(waited, waited[1:]))
+    assert waited[-1][0] + waited[-1][1] == started[-1][0]
+
+
+@pytest.mark.parametrize("mod", ["convmem._core.syncer", "convmem._core.pysyncer"])
+def test_write_back_checks_its_range(tmp_path, mod):
+    import importlib
+    write_back = importlib.import_module(mod).write_back
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b"x" * 8192)
+        write_back(fd, 0, 4096, False)
+        write_back(fd, 4096, 4096, True)
+        for bad in ((-1, 0, 10), (fd, -1, 10), (fd, 0, 0)):
+            with pytest.raises(ValueError):
+                write_back(bad[0], bad[1], bad[2], True)
+    finally:
+        os.close(fd)
