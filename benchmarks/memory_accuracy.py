@@ -82,7 +82,8 @@ from _results import add_output_args, machine_info, output_path, parse_sizes, wr
 
 API_FILE = ROOT / "convmem" / "catalog" / "catalog.py"
 VALIDATION_FILE = ROOT / "convmem" / "validation.py"
-INDEX_CALL_PREFIXES = ("self.index.", "index.", "core_index.", "new_index.", "cat.index.")
+INDEX_CALL_PREFIXES = ("self.index.", "index.", "core_index.", "new_index.", "cat.index.",
+                       "self._index.")  # (the last: the import worker, catalog._IndexingWorker)
 CATEGORIES = ("store_entries_bytes", "history_index_bytes", "relation_index_bytes", "index")
 
 

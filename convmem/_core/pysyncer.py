@@ -8,13 +8,6 @@ from __future__ import annotations
 import os
 
 
-def write_back(fd: int, offset: int, nbytes: int, wait: bool) -> None:
-    """The compiled module starts (and may wait for) the range's writeback; the file's fsync
-    does all of it here."""
-    if fd < 0 or offset < 0 or nbytes <= 0:
-        raise ValueError("fd and offset must not be negative, nbytes must be positive")
-
-
 class Syncer:
     """fdatasync(fd) posted by start() and carried out, and reported, by wait()."""
 

@@ -8,8 +8,6 @@ cdef extern from "<fcntl.h>" nogil:
     # Linux; Python.h defines _GNU_SOURCE, which declares it.
     int sync_file_range(int fd, long long offset, long long nbytes, unsigned int flags)
     enum: SYNC_FILE_RANGE_WRITE
-    enum: SYNC_FILE_RANGE_WAIT_BEFORE
-    enum: SYNC_FILE_RANGE_WAIT_AFTER
 
 # The job the worker runs: fdatasync(fd), its errno in err (0 on success). It lives in the
 # Syncer; the worker only touches it between post and the owner's wait (or cm_worker_free).

@@ -1,8 +1,5 @@
 """Stubs for convmem/_core/syncer.pyx: fdatasync on a worker thread (twin: pysyncer.py)."""
 
-# Start the writeback of [offset, offset + nbytes); with wait, wait until it is written.
-def write_back(fd: int, offset: int, nbytes: int, wait: bool) -> None: ...
-
 class Syncer:
     def __init__(self) -> None: ...
     # Start the writeback of [offset, offset + nbytes) (0: to the end of the file), post

@@ -30,22 +30,6 @@ from convmem._core._common cimport (CM_DONE, CM_IDLE, cm_worker, cm_worker_alive
                                     cm_worker_post, cm_worker_state, cm_worker_wait)
 
 
-def write_back(int fd, long long offset, long long nbytes, bint wait) -> None:
-    """Start the writeback of fd's bytes [offset, offset + nbytes); with `wait`, also wait
-    until it is on the device (sync_file_range WAIT_BEFORE | WRITE | WAIT_AFTER), without the
-    GIL. A big file written in pieces (a snapshot) keeps its dirty pages bounded this way, so
-    a log's fdatasync meanwhile does not wait behind hundreds of megabytes of it (ext4 commits
-    the data of a transaction's new blocks with it). Errors are left to the file's fsync,
-    which reports every writeback error."""
-    cdef unsigned int flags = SYNC_FILE_RANGE_WRITE
-    if fd < 0 or offset < 0 or nbytes <= 0:
-        raise ValueError("fd and offset must not be negative, nbytes must be positive")
-    if wait:
-        flags = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER
-    with nogil:
-        sync_file_range(fd, offset, nbytes, flags)
-
-
 cdef void _fdatasync_job(void* arg) noexcept nogil:
     cdef SyncJob* job = <SyncJob*>arg
     cdef int rc = fdatasync(job.fd)

@@ -79,35 +79,18 @@ def create_exclusively(path: Path, flags: int = os.O_WRONLY) -> int:
     return open_file(path, flags | os.O_CREAT | os.O_EXCL)
 
 
-WRITE_BACK_BYTES = 4 << 20  # a big file's dirty bytes: at most about twice this
-
-
 def write_file_atomically(path: Path, chunks, io: IoCounters) -> int:
     """Write chunks to `path.tmp`, fsync, rename over `path`, fsync the directory.
 
-    A crash leaves either the old file or the new one. Returns the new file's size. The bytes
-    go out WRITE_BACK_BYTES at a time: each piece's writeback is started once written, and
-    the one before waited for (syncer.write_back), so a snapshot of a gigabyte is never a
-    gigabyte of dirty pages that the log's fdatasync, meanwhile, would wait behind.
+    A crash leaves either the old file or the new one. Returns the new file's size.
     """
-    from .._core import syncer  # (here: the relay path imports this module, never the core)
     tmp = path.with_name(path.name + ".tmp")
     fd = create_exclusively(tmp)
     size = 0
-    started = done = 0  # written back: [done, started) started, [0, done) on the device
     try:
         for chunk in chunks:
-            view = memoryview(chunk).cast("B")
-            for i in range(0, len(view), WRITE_BACK_BYTES):
-                piece = view[i:i + WRITE_BACK_BYTES]
-                write_all(fd, piece, io)
-                size += len(piece)
-                if size - started >= WRITE_BACK_BYTES:
-                    if started > done:
-                        syncer.write_back(fd, done, started - done, True)
-                        done = started
-                    syncer.write_back(fd, started, size - started, False)
-                    started = size
+            write_all(fd, chunk, io)
+            size += len(chunk)
         os.fsync(fd)
         io.flush_calls += 1
     except BaseException:
