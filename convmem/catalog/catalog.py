@@ -387,9 +387,9 @@ class Catalog:
     def freeze_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray],
                                     Callable[[], dict[str, np.ndarray]]]:
         """snapshot_state in two steps, for a snapshot written in the background: the meta and
-        the frozen sections but the histories', the id table and the index's, taken now (cheap: views and
-        copies), and a function that returns those of this same moment (the index's with "ix."
-        names, merged when it is called), on any thread, while the state goes on changing
+        the frozen sections but the histories', the id table and the index's, taken now (cheap:
+        views and copies), and a function that returns those of this same moment (the index's
+        with "ix." names, merged when it is called), on any thread, while the state goes on changing
         (SearchIndex.freeze; ValueError if a posting list is damaged). The live index is not
         merged."""
         meta, arrays, histories = self._state_sections()
