@@ -86,6 +86,28 @@ cdef inline uint64_t mix64(uint64_t z) noexcept nogil:
     return z ^ (z >> 31)
 
 
+# ---- the index's term table ----------------------------------------------------------------------
+# Open addressing over a power-of-two capacity: slot mix64(key) & mask, or the next free one, holds
+# term id + 1 (0: empty). Terms are placed in term-id order, so the layout depends only on the keys
+# (index.pyx builds and grows it, sections.pyx rebuilds a frozen index's; pyindex is the twin).
+
+cdef inline void term_table_put(uint32_t* table, uint64_t mask, uint64_t key,
+                                uint32_t tid) noexcept nogil:
+    cdef uint64_t slot = mix64(key) & mask
+    while table[slot] != 0:
+        slot = (slot + 1) & mask
+    table[slot] = tid + 1
+
+
+cdef inline void term_table_fill(uint32_t* table, int64_t cap, const uint64_t* keys,
+                                 int64_t n) noexcept nogil:
+    """The table of capacity `cap` (a power of two, at least 2n) for keys[0..n) in order."""
+    cdef int64_t t
+    memset(table, 0, <size_t>(cap * 4))
+    for t in range(n):
+        term_table_put(table, <uint64_t>cap - 1, keys[t], <uint32_t>t)
+
+
 # ---- the growable buffer -------------------------------------------------------------------------
 # One design for every growable C array of the core: `len` elements of `itemsize` bytes in use,
 # `cap` allocated, memory from PyMem_Raw* (no GIL needed, so nogil code may grow it; tracemalloc

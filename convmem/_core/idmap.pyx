@@ -27,21 +27,34 @@ cdef inline uint8_t* _key(const GArr* keys, Py_ssize_t slot) noexcept nogil:
     return <uint8_t*>keys.data + 16 * slot
 
 
+cdef inline void _put(int32_t* table, Py_ssize_t mask, const uint8_t* key,
+                      Py_ssize_t slot) noexcept nogil:
+    cdef Py_ssize_t i = <Py_ssize_t>(_hash(key) & <uint64_t>mask)
+    while table[i] >= 0:
+        i = (i + 1) & mask
+    table[i] = <int32_t>slot
+
+
+cdef void _fill(int32_t* table, Py_ssize_t capacity, const uint8_t* keys,
+                Py_ssize_t n) noexcept nogil:
+    """The table of `capacity` for the n ids at `keys`, placed in slot order: how every table
+    of an IdMap comes to be (a growth or a restore places them all again, an add the next)."""
+    cdef Py_ssize_t s
+    memset(table, 0xFF, capacity * sizeof(int32_t))
+    for s in range(n):
+        _put(table, capacity - 1, keys + 16 * s, s)
+
+
 def _table_of(const uint8_t[:, ::1] keys not None, Py_ssize_t capacity):
     """The table of an IdMap of `capacity` that holds `keys` (slot order): IdMap.frozen_table."""
-    cdef Py_ssize_t n = keys.shape[0], s, i, mask = capacity - 1
-    if capacity < 2 * n or (capacity & mask) != 0:
+    cdef Py_ssize_t n = keys.shape[0]
+    if capacity < 2 * n or capacity < 16 or (capacity & (capacity - 1)) != 0:
         raise ValueError("capacity must be a power of two, at least twice the ids")
     out = np.empty(capacity, dtype=np.int32)
     cdef int32_t[::1] t = out
-    with nogil:  # (the fill too: a background snapshot's thread holds the GIL for nothing big)
-        if capacity:
-            memset(&t[0], 0xFF, capacity * sizeof(int32_t))
-        for s in range(n):
-            i = <Py_ssize_t>(_hash(&keys[s, 0]) & <uint64_t>mask)
-            while t[i] >= 0:
-                i = (i + 1) & mask
-            t[i] = <int32_t>s
+    cdef const uint8_t* k = &keys[0, 0] if n else NULL
+    with nogil:  # (a background snapshot's thread: the GIL is not held for it)
+        _fill(&t[0], capacity, k, n)
     return out
 
 
@@ -96,25 +109,19 @@ cdef class IdMap:
             i = (i + 1) & mask
 
     cdef void _place(self, Py_ssize_t slot) noexcept nogil:
-        cdef Py_ssize_t mask = self.capacity - 1
-        cdef Py_ssize_t i = <Py_ssize_t>(_hash(_key(&self.keys, slot)) & <uint64_t>mask)
-        while self.table[i] >= 0:
-            i = (i + 1) & mask
-        self.table[i] = <int32_t>slot
+        _put(self.table, self.capacity - 1, _key(&self.keys, slot), slot)
 
     cdef int _grow_table(self) except -1:
-        cdef Py_ssize_t cap = self.capacity * 2, s
+        cdef Py_ssize_t cap = self.capacity * 2
         cdef int32_t* table = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
         if table == NULL:
             raise MemoryError()
-        memset(table, 0xFF, cap * sizeof(int32_t))
+        _fill(table, cap, <const uint8_t*>self.keys.data, self.n)
         if self.table_owned:
             PyMem_Free(self.table)
         self.table = table
         self.table_owned = True
         self.capacity = cap
-        for s in range(self.n):
-            self._place(s)
         return 0
 
     def get(self, const uint8_t[::1] key not None, default=None):
@@ -236,10 +243,8 @@ cdef class IdMap:
         m.table = <int32_t*>PyMem_Malloc(m.capacity * sizeof(int32_t))
         if m.table == NULL:
             raise MemoryError()
-        memset(m.table, 0xFF, m.capacity * sizeof(int32_t))
         with nogil:
-            for s in range(n):
-                m._place(s)
+            _fill(m.table, m.capacity, <const uint8_t*>m.keys.data, n)
         return m
 
     @property

@@ -49,7 +49,8 @@ import numpy as np
 from convmem._core.shared cimport garr_borrow, garr_to_numpy, release_shared, share_garr
 from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_worker_alive, cm_worker_free,
                                     cm_worker_new, garr_bytes, garr_extend, garr_free, garr_init,
-                                    garr_claim, garr_grow, garr_own, garr_reserve, mix64)
+                                    garr_claim, garr_grow, garr_own, garr_reserve, mix64,
+                                    term_table_fill, term_table_put)
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
                                      FieldPostings, PList,
@@ -252,17 +253,9 @@ cdef class SearchIndex:
         """Reinsert every term, in term-id order (so the layout depends only on the keys);
         ADD_NOMEM when memory runs out (the old table stays)."""
         cdef uint32_t* table = <uint32_t*>PyMem_RawMalloc(<size_t>(cap * 4))
-        cdef const uint64_t* keys = <const uint64_t*>self._t_keys.data
-        cdef uint64_t mask = <uint64_t>cap - 1, slot
-        cdef int64_t t
         if table == NULL:
             return ADD_NOMEM
-        memset(table, 0, <size_t>(cap * 4))
-        for t in range(self._t_keys.len):
-            slot = mix64(keys[t]) & mask
-            while table[slot] != 0:
-                slot = (slot + 1) & mask
-            table[slot] = <uint32_t>(t + 1)
+        term_table_fill(table, cap, <const uint64_t*>self._t_keys.data, self._t_keys.len)
         garr_free(&self._t_table)
         self._t_table.data = <char*>table
         self._t_table.len = cap
@@ -272,8 +265,6 @@ cdef class SearchIndex:
     cdef int64_t _term_add(self, uint64_t key) noexcept nogil:
         """The term id of `key`, added when new; a negative ADD_* code on failure."""
         cdef int64_t t = self._term_find(key), n = self._t_keys.len
-        cdef uint64_t mask, slot
-        cdef uint32_t* table
         if t >= 0:
             return t
         if n >= <int64_t>0xFFFFFFFE:
@@ -293,12 +284,8 @@ cdef class SearchIndex:
         else:
             if garr_claim(&self._t_table) < 0:
                 return ADD_NOMEM
-            table = <uint32_t*>self._t_table.data
-            mask = <uint64_t>self._t_table.len - 1
-            slot = mix64(key) & mask
-            while table[slot] != 0:
-                slot = (slot + 1) & mask
-            table[slot] = <uint32_t>(n + 1)
+            term_table_put(<uint32_t*>self._t_table.data, <uint64_t>self._t_table.len - 1, key,
+                           <uint32_t>n)
         return n
 
     # -- adding and removing --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from convmem._core.shared cimport garr_to_numpy
 from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_grow, garr_init,
                                     load_u32, store_u32)
 
@@ -433,20 +434,9 @@ cdef int _out_list(FieldOut* o, uint32_t tid, const uint32_t* docs, const uint8_
 cdef list _out_arrays(FieldOut* o):
     """The field as three read-only numpy arrays (the raw buffers are freed)."""
     cdef int64_t nt = o.terms.len // 4
-    terms = np.empty(nt, dtype=np.uint32)
-    offsets = np.empty(nt + 1, dtype=np.uint32)
-    data = np.empty(o.data.len, dtype=np.uint8)
-    cdef void* pt = cnp.PyArray_DATA(terms)
-    cdef void* po = cnp.PyArray_DATA(offsets)
-    cdef void* pd = cnp.PyArray_DATA(data)
-    # Without the GIL: a merged field's data is hundreds of megabytes at 1M messages, first
-    # touched here (~0.1 s), and a background snapshot's merge must not stop writes meanwhile.
-    with nogil:
-        if nt:
-            memcpy(pt, o.terms.data, <size_t>o.terms.len)
-        memcpy(po, o.offsets.data, <size_t>o.offsets.len)
-        if o.data.len:
-            memcpy(pd, o.data.data, <size_t>o.data.len)
+    terms = garr_to_numpy(&o.terms, np.uint32, (nt,))
+    offsets = garr_to_numpy(&o.offsets, np.uint32, (nt + 1,))
+    data = garr_to_numpy(&o.data, np.uint8, (o.data.len,))
     _out_free(o)
     for a in (terms, offsets, data):
         a.flags.writeable = False

@@ -12,7 +12,7 @@ import numpy as np
 from convmem._core.postings cimport (_Segment, _adopted_segment, _char_segment,
                                      _empty_field_arrays, _merge, _nonempty)
 from convmem._core.score cimport _qlen_code
-from convmem._core._common cimport mix64
+from convmem._core._common cimport term_table_fill
 
 cnp.import_array()
 
@@ -20,23 +20,17 @@ FIELDS = ("content", "summary", "tags")  # the index's fields, in their order
 
 
 cdef object _term_table(object keys, int64_t cap):
-    """The index's term table of capacity `cap` for these term keys (term-id order), as
-    SearchIndex._table_rebuild lays it out: slot mix64(key) & (cap - 1) or the next free one
-    holds term id + 1. A frozen index builds it from the shared keys instead of the freeze
-    copying the live table under the lock."""
-    table = np.zeros(cap, dtype=np.uint32)
-    cdef uint32_t* t = <uint32_t*>cnp.PyArray_DATA(table)
-    cdef const uint64_t* k = <const uint64_t*>cnp.PyArray_DATA(keys)
-    cdef int64_t n = keys.shape[0], i
-    cdef uint64_t mask = <uint64_t>cap - 1, slot
+    """The index's term table of capacity `cap` for these term keys (term-id order), as the
+    live index lays it out (_common.term_table_fill): a frozen index builds it from the
+    shared keys instead of the freeze copying the live table under the lock."""
+    cdef int64_t n = keys.shape[0]
     if cap < 2 * n or (cap & (cap - 1)) != 0:
         raise ValueError("the term table's capacity must be a power of two, at least twice the terms")
+    table = np.empty(cap, dtype=np.uint32)
+    cdef uint32_t* t = <uint32_t*>cnp.PyArray_DATA(table)
+    cdef const uint64_t* k = <const uint64_t*>cnp.PyArray_DATA(keys)
     with nogil:
-        for i in range(n):
-            slot = mix64(k[i]) & mask
-            while t[slot] != 0:
-                slot = (slot + 1) & mask
-            t[slot] = <uint32_t>(i + 1)
+        term_table_fill(t, cap, k, n)
     return table
 
 
