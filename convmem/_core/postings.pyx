@@ -14,7 +14,7 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from convmem._core.shared cimport garr_to_numpy
+from convmem._core.shared cimport garr_take
 from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_grow, garr_init,
                                     load_u32, store_u32)
 
@@ -432,14 +432,12 @@ cdef int _out_list(FieldOut* o, uint32_t tid, const uint32_t* docs, const uint8_
 
 
 cdef list _out_arrays(FieldOut* o):
-    """The field as three read-only numpy arrays (the raw buffers are freed)."""
+    """The field as three read-only numpy arrays that take over the raw buffers (o is left
+    empty)."""
     cdef int64_t nt = o.terms.len // 4
-    terms = garr_to_numpy(&o.terms, np.uint32, (nt,))
-    offsets = garr_to_numpy(&o.offsets, np.uint32, (nt + 1,))
-    data = garr_to_numpy(&o.data, np.uint8, (o.data.len,))
-    _out_free(o)
-    for a in (terms, offsets, data):
-        a.flags.writeable = False
+    terms = garr_take(&o.terms, np.uint32, (nt,))
+    offsets = garr_take(&o.offsets, np.uint32, (nt + 1,))
+    data = garr_take(&o.data, np.uint8, (o.data.len,))
     return [terms, offsets, data]
 
 

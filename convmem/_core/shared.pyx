@@ -6,10 +6,11 @@ numpy views of their own memory: the block becomes a SharedBlock's, which the vi
 GArr goes on appending past their end (growing copies rather than reallocates; a change in
 place copies first, garr_own), and release_shared gives the memory back to the GArr once no
 view of it is left. Its users (index.pyx, idmap.pyx) keep one registry list each. Also the
-plain copy (garr_to_numpy) and borrow (garr_borrow) between a GArr and a numpy array.
+plain copy (garr_to_numpy), the hand-over (garr_take) and borrow (garr_borrow) between a GArr
+and a numpy array.
 """
 cimport numpy as cnp
-from cpython.mem cimport PyMem_RawFree
+from cpython.mem cimport PyMem_RawFree, PyMem_RawRealloc
 from cpython.ref cimport Py_REFCNT
 from libc.stdint cimport intptr_t
 
@@ -22,8 +23,8 @@ cnp.import_array()
 
 
 cdef class SharedBlock:
-    """Memory a GArr handed to frozen arrays: freed with the last of them, unless
-    release_shared hands it back to the GArr first."""
+    """Raw memory that numpy arrays hold: freed with the last of them, unless release_shared
+    hands it back to the GArr it came from first (share_garr; garr_take's never goes back)."""
 
     def __dealloc__(self):
         if self.p != NULL:
@@ -108,3 +109,29 @@ cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
         with nogil:
             memcpy(dst, a.data, n)
     return out
+
+
+cdef object garr_take(GArr* a, object dtype, tuple shape):
+    """The GArr's elements as a read-only numpy array that owns them, without a copy; the GArr
+    is left empty. A segment built in memory (a merge's output: gigabytes at 10M messages) is
+    handed over rather than copied, so that it is never held twice: the block is shrunk to its
+    length (realloc keeps the contents) and given to a SharedBlock the array holds. Memory that
+    is not the GArr's own (borrowed, shared) is copied."""
+    cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
+    cdef char* p
+    cdef SharedBlock blk
+    if nbytes == 0 or not a.owned or a.shared:
+        out = garr_to_numpy(a, dtype, shape)
+        garr_free(a)
+        return out
+    p = <char*>PyMem_RawRealloc(a.data, <size_t>nbytes)
+    if p == NULL:  # (a shrink that fails leaves the block as it was)
+        p = a.data
+    a.data = NULL
+    garr_free(a)
+    blk = SharedBlock.__new__(SharedBlock)
+    blk.p = p
+    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>p)
+    cnp.set_array_base(raw, blk)
+    raw.flags.writeable = False
+    return raw.view(dtype).reshape(shape)

@@ -1,0 +1,82 @@
+"""A merge's output is handed to its segment, not copied (shared.garr_take).
+
+The compiled index builds a merged segment's lists in raw buffers; at 10M messages a field's
+data is gigabytes, so copying it into numpy would hold it twice at the end of every merge (the
+final checkpoint of an import, rebuild_index). The arrays must own the very buffers, read-only,
+and free them with the last array.
+"""
+from __future__ import annotations
+
+import gc
+import importlib
+import tracemalloc
+
+import numpy as np
+from test_char_lists import _build, _docs, _results
+
+import convmem._core.pyindex as twin
+
+compiled = importlib.import_module("convmem._core.index")  # the extension, even under CONVMEM_PURE=1
+shared = importlib.import_module("convmem._core.shared")
+
+POSTINGS = [f"post_{part}_{field}" for part in ("terms", "offsets", "data")
+            for field in ("content", "summary", "tags")]
+
+
+def _owner(a: np.ndarray) -> object:
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
+def test_merged_postings_own_the_merge_buffers() -> None:
+    docs = _docs(7, 3000)
+    ix = _build(compiled.SearchIndex, docs)
+    for d in (3, 10, 2500):
+        ix.remove(d, *docs[d][:3])
+    arrays = ix.to_arrays()  # merges the segments and the buffer into one segment
+    nonempty = [n for n in POSTINGS if arrays[n].nbytes > 0]
+    assert "post_data_content" in nonempty and "post_terms_content" in nonempty
+    for name in nonempty:
+        a = arrays[name]
+        assert not a.flags.writeable, name
+        assert isinstance(_owner(a), shared.SharedBlock), name  # not a copy numpy allocated
+    again = ix.to_arrays()
+    assert all(np.shares_memory(arrays[n], again[n]) for n in nonempty)
+    # and the lists read back right: the same results as the twin's
+    ref = _build(twin.SearchIndex, docs)
+    for d in (3, 10, 2500):
+        ref.remove(d, *docs[d][:3])
+    assert _results(ix) == _results(ref)
+
+
+def _cycle(docs) -> int:
+    """Build, merge and drop an index (a view outliving it first); the postings bytes it held."""
+    ix = _build(compiled.SearchIndex, docs)
+    arrays = ix.to_arrays()
+    held = sum(arrays[n].nbytes for n in POSTINGS)
+    view = arrays["post_data_content"][10:20]  # a view alone keeps its buffer alive
+    expect = bytes(view)
+    del ix, arrays
+    gc.collect()
+    assert bytes(view) == expect
+    del view
+    gc.collect()
+    return held
+
+
+def test_handed_over_buffers_are_freed_with_the_index() -> None:
+    docs = _docs(8, 4000)
+    _cycle(docs)  # (first-use allocations of the module outside the traced window)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        left = []
+        for _ in range(4):
+            held = _cycle(docs)
+            left.append(tracemalloc.get_traced_memory()[0])
+    finally:
+        tracemalloc.stop()
+    assert held > 20_000
+    # each cycle would leave `held` bytes behind if the buffers were not freed
+    assert left[-1] - left[0] < held, (left, held)
