@@ -36,7 +36,7 @@ from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
-from . import bulk, gc_pause, search, snapshots, views
+from . import bulk, gc_pause, heap, search, snapshots, views
 from .trash import TrashTools
 from .guards import Applying, IndexRebuilt, StoreMutex, is_index_damage, once_more
 from .paging import Cursors
@@ -602,11 +602,16 @@ class MemoryStore(RecallTools, TrashTools):
             if exc.code == IO_ERROR:
                 self.last_error = f"IO_ERROR: rebuild failed: {_cause(exc)}"
             raise
-        meta, arrays = rebuilt.meta, rebuilt.arrays
         # The store is NEW from here on: writes go to the log a restart opens.
         self._log.close()
         self._log = switched.log
+        if switched.error:
+            meta, arrays = rebuilt.meta, rebuilt.arrays
+        else:
+            meta, arrays = compaction.mapped_state(self.directory, rebuilt)
+        rebuilt.arrays = {}  # (the arrays in memory are freed unless they are what serves)
         self._set_catalog(Catalog.from_snapshot(self._read_record, meta, arrays))
+        heap.give_back()  # (the old state and the rebuild's buffers are free now)
         self._catalog.unsaved_records = 0
         self.last_error = ""
         if switched.error:

@@ -12,6 +12,7 @@ keeps writes from being acknowledged until the directory entry is durable (LogFi
 """
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,9 @@ from ..errors import IO_ERROR, ConvMemError
 from .io import IoCounters, create_exclusively, fsync_dir, write_all
 from .logfile import LOG_NAME, LogFile
 from .records import read_payload_at
-from .snapshot import SNAPSHOT_NAME, write_snapshot
+from .snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, write_snapshot
+
+log = logging.getLogger("convmem")
 
 COMPACT_NAME = "messages.log.compact"  # rebuild_index's new log before it is renamed
 NEXT_SNAPSHOT_NAME = SNAPSHOT_NAME + ".next"  # and its snapshot
@@ -189,6 +192,25 @@ def switch(directory: Path, new: CompactedLog, snapshot_tmp: Path, io: IoCounter
     logfile.dir_sync_pending = not dir_synced
     new.fd = -1
     return Switched(logfile, "; ".join(errors), dir_synced)
+
+
+def mapped_state(directory: Path, rebuilt: Rebuilt) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The state a store adopts after a switch that put the new snapshot in place: that file,
+    mapped as an open maps it, rather than the arrays it was written from. Those are anonymous
+    memory the size of the whole state, held until the process ends (at 1M messages the
+    process stayed at 566 MB of it against 21 MB after an open); the file's pages are the page
+    cache's. Every section is checksummed as it is read back. Should the file not read back
+    (I/O error, damage), the arrays are used, as before."""
+    try:
+        meta, arrays = read_snapshot(directory / SNAPSHOT_NAME)
+        if meta.get("log_id") == rebuilt.meta.get("log_id"):
+            return meta, arrays
+        why = "it belongs to another log"
+    except (OSError, SnapshotError, ValueError, TypeError) as exc:
+        why = str(exc)
+    log.warning("rebuild_index: the new snapshot did not read back (%s); its state stays in "
+                "memory", why)
+    return rebuilt.meta, rebuilt.arrays
 
 
 def _holds(path: Path, fd: int) -> bool:

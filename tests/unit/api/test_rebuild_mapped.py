@@ -1,0 +1,102 @@
+"""After rebuild_index the store serves its new snapshot mapped, as after an open, not the
+arrays the snapshot was written from (anonymous memory the size of the state, held until the
+process ended); when the file does not read back, the arrays serve and nothing is lost."""
+from __future__ import annotations
+
+import logging
+import mmap
+import platform
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from convmem import MemoryStore
+from convmem._core import CORE_KIND
+from convmem.api import heap
+from convmem.store import compaction
+from convmem.store.snapshot import SnapshotError
+
+QUERIES = ["alpha", "beta gamma", "message 7", "東京"]
+
+
+def _fill(s: MemoryStore) -> None:
+    ids = []
+    for i in range(240):
+        words = ["alpha", "beta", "gamma", "delta"][i % 4]
+        text = f"message {i} {words} {'東京の天気' if i % 5 == 0 else 'plain'}"
+        ids.append(s.write_message(session_id=f"s{i % 3}", role="user", content=text)
+                   ["message"]["message_id"])
+    for mid in ids[::7]:
+        s.delete_message(message_id=mid)
+
+
+def _answers(s: MemoryStore) -> list:
+    return [[(r["message_id"], r["score"]) for r in s.search_messages(query=q, limit=20)["results"]]
+            for q in QUERIES]
+
+
+def _owner(a: np.ndarray) -> object:
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a.obj if isinstance(a, memoryview) else a
+
+
+def _postings_owner(s: MemoryStore) -> object:
+    return _owner(s._catalog.index.to_arrays()["post_data_content"])
+
+
+def test_rebuilt_state_is_served_from_the_mapped_snapshot(
+        store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    adopted = []
+    real = compaction.mapped_state
+    monkeypatch.setattr(compaction, "mapped_state",
+                        lambda *a: adopted.append(real(*a)) or adopted[-1])
+    with MemoryStore.open(store_dir) as s:
+        _fill(s)
+        before = _answers(s)
+        assert s.rebuild_index()["status"] == "OK"
+        (_, arrays), = adopted
+        assert arrays and all(isinstance(_owner(a), mmap.mmap) for a in arrays.values())
+        if CORE_KIND == "compiled":  # (the twin copies what it loads into its own lists)
+            assert isinstance(_postings_owner(s), mmap.mmap)
+        assert _answers(s) == before
+        new = s.write_message(session_id="s9", role="user", content="alpha after the rebuild")
+        found = s.search_messages(query="rebuild", limit=5)["results"]
+        assert [r["message_id"] for r in found] == [new["message"]["message_id"]]
+        after = _answers(s)
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == after
+
+
+def test_a_snapshot_that_does_not_read_back_leaves_the_state_in_memory(
+        store_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def unreadable(path):
+        raise SnapshotError("section ix.post_data_content: checksum mismatch")
+
+    with MemoryStore.open(store_dir) as s:
+        _fill(s)
+        before = _answers(s)
+        monkeypatch.setattr(compaction, "read_snapshot", unreadable)
+        with caplog.at_level(logging.WARNING, logger="convmem"):
+            assert s.rebuild_index()["status"] == "OK"
+        assert "did not read back" in caplog.text and "checksum mismatch" in caplog.text
+        assert not isinstance(_postings_owner(s), mmap.mmap)  # (the twin's never is)
+        assert _answers(s) == before
+        assert s.get_system_health()["status"] == "OK"
+    monkeypatch.undo()
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == before
+
+
+def test_rebuild_gives_the_freed_heap_back(store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = heap.give_back
+    monkeypatch.setattr(heap, "give_back", lambda: calls.append(1) or real())
+    with MemoryStore.open(store_dir) as s:
+        _fill(s)
+        assert calls == []
+        s.rebuild_index()
+        assert calls == [1]
+    # where the C library is glibc the trim really runs
+    assert real() is (platform.libc_ver()[0] == "glibc")
