@@ -125,6 +125,19 @@ def test_import_scale(tmp_path: Path) -> None:
     assert run("import_scale.py", "--modes", "off", data=tmp_path, ok=False).returncode == 2
 
 
+def test_rebuild_memory(store: Path, tmp_path: Path) -> None:
+    import json
+    res = json.loads(run("rebuild_memory.py", "--messages", "300", "--rounds", "2",
+                         data=tmp_path).stdout)
+    assert len(res["runs"]) == 2 and res["messages"] == 300
+    for r in res["runs"]:
+        assert r["rebuild_s"] > 0 and r["peak_anon_mb"] >= r["open_anon_mb"] > 0
+    copied = json.loads(run("rebuild_memory.py", "--store", str(store), data=tmp_path).stdout)
+    assert copied["store"] == str(store) and copied["median"]["rebuild_s"] > 0
+    assert (store / "messages.log").is_file()  # (a copy was rebuilt, not the store itself)
+    assert not list(tmp_path.glob("cm-rebuild-*"))
+
+
 def test_mcp_roundtrip(store: Path, tmp_path: Path) -> None:
     done = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
                "--queries", "5", data=tmp_path)
