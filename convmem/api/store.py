@@ -132,6 +132,7 @@ class MemoryStore(RecallTools, TrashTools):
         cyclic garbage collector is paused meanwhile too (gc_pause.py)."""
         with self._mutex:
             self._defer_snapshots += 1
+        outermost = False
         try:
             with gc_pause.paused():
                 yield
@@ -140,8 +141,11 @@ class MemoryStore(RecallTools, TrashTools):
         finally:
             with self._mutex:
                 self._defer_snapshots -= 1
-                if not self._defer_snapshots and self._log is not None:
+                outermost = not self._defer_snapshots
+                if outermost and self._log is not None:
                     self._after_write()
+        if outermost:  # (outside the lock: the batches' buffers are free now)
+            heap.give_back()
 
     def _open(self) -> None:
         self._verifier: recovery.Verification | None = None

@@ -1,6 +1,7 @@
 """After rebuild_index the store serves its new snapshot mapped, as after an open, not the
 arrays the snapshot was written from (anonymous memory the size of the state, held until the
-process ended); when the file does not read back, the arrays serve and nothing is lost."""
+process ended); when the file does not read back, the arrays serve and nothing is lost. After
+a rebuild and at the end of a bulk import the freed heap is given back (api/heap.py)."""
 from __future__ import annotations
 
 import logging
@@ -100,3 +101,20 @@ def test_rebuild_gives_the_freed_heap_back(store_dir: Path, monkeypatch: pytest.
         assert calls == [1]
     # where the C library is glibc the trim really runs
     assert real() is (platform.libc_ver()[0] == "glibc")
+
+
+def test_a_bulk_import_gives_the_freed_heap_back_once_at_its_end(
+        store_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    monkeypatch.setattr(heap, "give_back", lambda: calls.append(1) or True)
+    items = ({"session_id": "s", "role": "user", "content": f"imported {i}"} for i in range(30))
+    with MemoryStore.open(store_dir) as s:
+        with s.deferring_snapshots():
+            assert s.import_messages(items, batch_size=10) == 30  # (a deferral inside: nested)
+            assert calls == []
+        assert calls == [1]
+        s.write_message(session_id="s", role="user", content="one more")
+        assert calls == [1]
+        with pytest.raises(RuntimeError), s.deferring_snapshots():
+            raise RuntimeError("an import that fails")
+        assert calls == [1]
