@@ -485,6 +485,15 @@ def ensure_corpus(messages: int, seed: int) -> Path:
     return path
 
 
+def add_run_options(ap: argparse.ArgumentParser, tmp_help: str) -> None:
+    """The options of a script that runs on the seeded corpus in rounds, each in a scratch store:
+    --messages, --seed, --rounds and --tmp (where the stores go; default the data directory)."""
+    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--tmp", type=Path, default=None, help=tmp_help)
+
+
 # --- queries ---------------------------------------------------------------------------------
 
 def make_queries(count: int, seed: int, messages: int) -> list[dict[str, Any]]:

@@ -87,15 +87,11 @@ def run_child(src: Path, tmp: Path, mode: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=1)
+    import corpus
+    corpus.add_run_options(ap, "where the stores go (default: the benchmark data directory)")
     ap.add_argument("--modes", default="paused,on", help="a comma list of paused (the product), on "
                     "and serial; default paused,on")
-    ap.add_argument("--tmp", type=Path, default=None, help="where the stores go (default: the "
-                    "benchmark data directory)")
     args = ap.parse_args()
-    import corpus
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
         ap.error(f"--modes takes {', '.join(MODES)}")

@@ -87,11 +87,9 @@ def _env() -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=100_000)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--rounds", type=int, default=1)
+    import corpus
+    corpus.add_run_options(ap, "where the scratch stores go (default: the data directory)")
     ap.add_argument("--store", type=Path, default=None, help="copy this store instead of importing")
-    ap.add_argument("--tmp", type=Path, default=None, help="where the scratch stores go")
     args = ap.parse_args()
     tmp = args.tmp or _paths.data_dir()
     tmp.mkdir(parents=True, exist_ok=True)
@@ -101,7 +99,6 @@ def main() -> None:
         if args.store is not None:
             shutil.copytree(args.store, source)
         else:
-            import corpus
             src = corpus.ensure_corpus(args.messages, args.seed)
             subprocess.run([sys.executable, "-c", IMPORT, str(src), str(source)], env=_env(),
                            check=True)
