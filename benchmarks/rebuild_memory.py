@@ -37,16 +37,11 @@ IMPORT = textwrap.dedent("""
 
 CHILD = textwrap.dedent("""
     import json, sys, threading, time
+    from compare_fts5 import proc_status_kb
     from convmem import MemoryStore
 
     def rss():
-        out = {}
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(("RssAnon:", "RssFile:")):
-                    k, v = line.split(":")
-                    out[k[3:].lower()] = int(v.split()[0]) / 1024
-        return out
+        return {"anon": proc_status_kb("RssAnon") / 1024, "file": proc_status_kb("RssFile") / 1024}
 
     s = MemoryStore.open(sys.argv[1])
     s.search_messages(query="hello", limit=10)

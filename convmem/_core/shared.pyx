@@ -57,7 +57,12 @@ cdef object share_garr(GArr* a, object dtype, tuple shape, list registry):
         a.owned = False
         a.shared = True
         registry.append((<intptr_t>a, blk))
-    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>a.data)
+    return _block_view(blk, nbytes, dtype, shape)
+
+
+cdef object _block_view(SharedBlock blk, cnp.npy_intp nbytes, object dtype, tuple shape):
+    """A read-only array of `shape` over the block's first `nbytes`, holding the block."""
+    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>blk.p)
     cnp.set_array_base(raw, blk)
     raw.flags.writeable = False
     return raw.view(dtype).reshape(shape)
@@ -113,25 +118,19 @@ cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):
 
 cdef object garr_take(GArr* a, object dtype, tuple shape):
     """The GArr's elements as a read-only numpy array that owns them, without a copy; the GArr
-    is left empty. A segment built in memory (a merge's output: gigabytes at 10M messages) is
-    handed over rather than copied, so that it is never held twice: the block is shrunk to its
-    length (realloc keeps the contents) and given to a SharedBlock the array holds. Memory that
-    is not the GArr's own (borrowed, shared) is copied."""
+    (its own memory, as a segment being built has) is left empty. A merge's output is gigabytes
+    at 10M messages: handed over rather than copied, it is never held twice. The block is shrunk
+    to its length (realloc keeps the contents) and given to a SharedBlock the array holds."""
     cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
-    cdef char* p
     cdef SharedBlock blk
-    if nbytes == 0 or not a.owned or a.shared:
-        out = garr_to_numpy(a, dtype, shape)
+    CM_ASSERT(a.owned and not a.shared)
+    if nbytes == 0:
         garr_free(a)
-        return out
-    p = <char*>PyMem_RawRealloc(a.data, <size_t>nbytes)
-    if p == NULL:  # (a shrink that fails leaves the block as it was)
-        p = a.data
+        return np.empty(shape, dtype=dtype)
+    blk = SharedBlock.__new__(SharedBlock)
+    blk.p = <char*>PyMem_RawRealloc(a.data, <size_t>nbytes)
+    if blk.p == NULL:  # (a shrink that fails leaves the block as it was)
+        blk.p = a.data
     a.data = NULL
     garr_free(a)
-    blk = SharedBlock.__new__(SharedBlock)
-    blk.p = p
-    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>p)
-    cnp.set_array_base(raw, blk)
-    raw.flags.writeable = False
-    return raw.view(dtype).reshape(shape)
+    return _block_view(blk, nbytes, dtype, shape)

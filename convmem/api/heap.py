@@ -9,30 +9,30 @@ writes run.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 
-_looked_up = False
-_trim: Callable[[int], int] | None = None
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # (lazily: not on the path of a server's first answer)
+
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # (musl and others have none)
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+    return fn
 
 
 def give_back() -> bool:
     """malloc_trim(0) where the C library has it (glibc); whether it ran."""
-    global _looked_up, _trim
-    if not _looked_up:
-        _looked_up = True
-        if sys.platform.startswith("linux"):
-            import ctypes  # (lazily: not on the path of a server's first answer)
-
-            try:
-                fn = ctypes.CDLL(None).malloc_trim
-            except (OSError, AttributeError):  # (musl and others have none)
-                fn = None
-            if fn is not None:
-                fn.argtypes = [ctypes.c_size_t]
-                fn.restype = ctypes.c_int
-                _trim = fn
-    if _trim is None:
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    _trim(0)
+    trim(0)
     return True

@@ -132,7 +132,6 @@ class MemoryStore(RecallTools, TrashTools):
         cyclic garbage collector is paused meanwhile too (gc_pause.py)."""
         with self._mutex:
             self._defer_snapshots += 1
-        outermost = False
         try:
             with gc_pause.paused():
                 yield
