@@ -139,17 +139,19 @@ class ConvmemEngine:
         res = self.store.search_messages(**args)
         return [r["message_id"] for r in res["results"]]
 
-    def search_core(self, args: dict[str, Any]) -> int:
+    def search_core(self, args: dict[str, Any], exhaustive: bool = False) -> int:
         """The search core alone: tokenize the query, resolve the filters and the session, and
         run the index's top k (doc numbers, scores, breakdowns), without reading any message;
         what a search library's own search call does (tantivy's returns scores and addresses).
-        Reaches into MemoryStore's internals on purpose: this is a benchmark."""
+        The keys are those search_messages looks up (`query_keys`; a checkout older than
+        analyzer v2 has only `token_keys`, the same thing there). Reaches into MemoryStore's
+        internals on purpose: this is a benchmark. `exhaustive`: the unpruned scorer forced."""
         import numpy as np
         from convmem import validation as v
         from convmem._core import tokenizer as tok
         st = self.store
         flt = v.filters(args.get("filters_json"))
-        keys = tok.token_keys(args["query"])
+        keys = getattr(tok, "query_keys", tok.token_keys)(args["query"])
         tags = np.array([tok.hash_utf8(t.encode("utf-8")) for t in flt.tags], dtype=np.uint64)
         session, docs = -1, None
         if args.get("session_id") is not None:
@@ -161,7 +163,8 @@ class ConvmemEngine:
         found, _, _ = st._catalog.index.search(keys, args.get("limit", K), session=session,
                                        kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                                        min_importance=args.get("min_importance") or 0,
-                                       tag_hashes=tags, session_docs=docs)
+                                       tag_hashes=tags, session_docs=docs,
+                                       **({"exhaustive": True} if exhaustive else {}))
         return len(found)
 
     def memory_estimate(self) -> dict[str, int]:

@@ -138,6 +138,21 @@ def test_rebuild_memory(store: Path, tmp_path: Path) -> None:
     assert not list(tmp_path.glob("cm-rebuild-*"))
 
 
+def test_scorer_choice(store: Path, tmp_path: Path) -> None:
+    import json
+    res = json.loads(run("scorer_choice.py", "--store", str(store), "--queries", "20",
+                         "--rounds", "1", "--rule", "128,0", data=tmp_path).stdout)
+    assert res["messages"] == STORE_SIZE and res["queries"] == 20
+    assert set(res["modes_ms"]) == {"shipped", "pruned", "exhaustive", "rule 128,0",
+                                    "best of the two forced"}
+    assert all(m["p50"] > 0 for m in res["modes_ms"].values())
+    assert sum(b["queries"] for b in res["pruned_over_exhaustive_by_density"]) <= 20
+    bad = run("scorer_choice.py", "--store", str(store), "--rule", "16", data=tmp_path, ok=False)
+    assert bad.returncode == 2 and "DENSITY,MIN_POSTINGS" in bad.stderr
+    missing = run("scorer_choice.py", "--store", str(tmp_path / "none"), data=tmp_path, ok=False)
+    assert missing.returncode == 2 and "no such store directory" in missing.stderr
+
+
 def test_mcp_roundtrip(store: Path, tmp_path: Path) -> None:
     done = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
                "--queries", "5", data=tmp_path)

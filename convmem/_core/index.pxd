@@ -72,9 +72,11 @@ cdef class SearchIndex:
     cdef object _lock       # RLock held by every public method that touches the index
     cdef readonly int64_t window        # doc ids per scoring window (a multiple of 64)
     cdef readonly bint last_pruned      # whether the last search used the pruned scorer
-    # Queries averaging fewer postings than this per window of 4096 doc ids are scored
-    # exhaustively: there the pruned scorer's window bounds cost more than they skip.
+    # Queries averaging fewer postings than this per window of 4096 doc ids, or holding fewer
+    # than prune_min_postings, are scored exhaustively: there the pruned scorer's fixed and
+    # per-window costs are more than it skips.
     cdef readonly int64_t prune_density
+    cdef readonly int64_t prune_min_postings
     cdef readonly int64_t last_postings    # postings the last search's query lists hold
     cdef readonly bint last_parallel    # whether the last search used two threads
     cdef readonly bint last_session_docs    # whether it scored only the session's docs

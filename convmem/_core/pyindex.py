@@ -19,6 +19,8 @@ TF_CAP = 127
 LEAD_BIT = 0x80  # a content tf byte's lead flag (docs/SCORING.md)
 LEAD_KEYS = 16  # the lead: the first 16 content keys (a CJK bigram a quarter key)
 LEAD_WEIGHT = 0.3  # a lead group adds this times its idf to the content part
+# The compiled index's default least postings of a pruned query (the twin never prunes).
+PRUNE_MIN_POSTINGS = 3000
 SEAM_WEIGHT = 0.5  # a query's CJK bigram across a change of script (docs/SCORING.md)
 
 
@@ -250,6 +252,7 @@ class SearchIndex:
         self.window = 4096
         # prune_density exists for the compiled index's API; the twin never prunes, whatever it is
         self.prune_density = 0
+        self.prune_min_postings = 0
         self.last_postings = 0  # (the compiled index's count of the query's postings)
         self.last_pruned = False
         self.last_parallel = False
@@ -262,10 +265,12 @@ class SearchIndex:
         # (n_live, token totals per field, df per distinct query key ascending) of the last search
         self.last_stats: tuple | None = None
 
-    def _set_prune_density(self, n: int) -> None:
-        if n < 0:
-            raise ValueError("prune_density must be >= 0")
+    def _set_prune_density(self, n: int, min_postings: int | None = None) -> None:
+        m = (0 if n == 0 else PRUNE_MIN_POSTINGS) if min_postings is None else min_postings
+        if n < 0 or m < 0:
+            raise ValueError("prune_density and min_postings must be >= 0")
         self.prune_density = n
+        self.prune_min_postings = m
 
     def _set_lead_weight(self, w: float) -> None:
         if not w >= 0:

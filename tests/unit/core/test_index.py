@@ -254,36 +254,48 @@ def test_pruned_equals_exhaustive(seed: int) -> None:
 
 
 def test_scorer_chosen_by_postings_per_window() -> None:
-    """By default a query averaging fewer than prune_density postings per 4096 doc ids is scored
-    exhaustively, a denser one pruned; the results are the same either way, prune_density 0
-    prunes every query and a huge one none."""
+    """By default a query is pruned when it has at least prune_min_postings postings and
+    averages at least prune_density per 4096 doc ids, else scored exhaustively; the results are
+    the same either way, prune_density 0 prunes every query and a huge one none."""
     c, ix, tw = random_index(7, 8000, remove_rate=0.0)
-    ix._set_prune_density(compiled.SearchIndex().prune_density)
-    assert ix.prune_density == 128
+    default = compiled.SearchIndex()
+    assert (default.prune_density, default.prune_min_postings) == (16, 3000)
+    assert compiled.PRUNE_MIN_POSTINGS == twin.PRUNE_MIN_POSTINGS == 3000
     def postings(w: int) -> int:
         ix.search([w], 1, exhaustive=True)
         return ix.last_postings
     by_count = sorted((postings(int(w)), int(w)) for w in c.words)
     common = [by_count[-1][1]]
     rare = [next(w for n, w in by_count if n > 0)]
+    least = by_count[-1][0]                           # the common word's postings
     chosen = []
     for q in (common, rare, common + rare):
+        ix._set_prune_density(128, 0)                 # the density alone decides
         got = ix.search(q, 10)
         dense = ix.last_postings * 4096 >= 128 * ix.n_docs
         assert ix.last_pruned == dense
         chosen.append(dense)
         assert_same(got, ix.search(q, 10, exhaustive=True))
         assert_same(got, tw.search(q, 10))
+        ix._set_prune_density(1, least + 1)           # the least postings alone decide
+        assert_same(ix.search(q, 10), got)
+        assert ix.last_pruned == (ix.last_postings >= least + 1)
+        ix._set_prune_density(1, least)
+        assert_same(ix.search(q, 10), got)
+        assert ix.last_pruned == (ix.last_postings >= least)
         ix._set_prune_density(0)
+        assert ix.prune_min_postings == 0
         assert_same(ix.search(q, 10), got)
         assert ix.last_pruned == (ix.last_postings > 0)
         ix._set_prune_density(1 << 40)
+        assert ix.prune_min_postings == 3000
         assert_same(ix.search(q, 10), got)
         assert not ix.last_pruned
-        ix._set_prune_density(128)
     assert chosen == [True, False, True]
     with pytest.raises(ValueError):
         ix._set_prune_density(-1)
+    with pytest.raises(ValueError):
+        ix._set_prune_density(16, -1)
 
 
 @pytest.mark.parametrize("short_first", [False, True])
@@ -399,6 +411,7 @@ def test_pruning_with_many_ties() -> None:
     """Identical docs tie on score: the order then comes from importance, timestamp and ulid."""
     ix = compiled.SearchIndex()
     ix._set_window(64)
+    ix._set_prune_density(0)  # pruned: 600 docs are below the default least postings
     rare, common = 5, 6
     for d in range(600):
         keys = [common] * (1 + d % 3) + ([rare] if d % 7 == 0 else [])
@@ -468,11 +481,14 @@ def _assert_pruned_matches(build, queries: list, filters: list) -> None:
     """Pruned top k == exhaustive == twin, on the built index and on one restored from its
     arrays, for every query, k and filter set; none cut short. Windows of 64 and 256 docs (with
     the default 4096 each segment is one window, and the first one is scored in full): windows,
-    blocks and docs are skipped on both."""
+    blocks and docs are skipped on both. Every query is pruned (prune_density 0): these indexes
+    are smaller than the default's least postings."""
     ix, tw = build()
     restored = compiled.SearchIndex.from_arrays(build()[0].to_arrays())
     ix._set_window(64)
     restored._set_window(256)
+    for index in (ix, restored):
+        index._set_prune_density(0)
     for index in (ix, restored):
         skipped = Skipped()
         for q in queries:

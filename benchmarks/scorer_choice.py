@@ -1,0 +1,133 @@
+"""Which scorer pays, per query of the corpus's query set, on a real store: the search core
+(compare_fts5.py's `search_core`) with the scorer as shipped, the pruned scorer forced, the
+exhaustive one forced, and any other choice rule given with `--rule DENSITY,MIN_POSTINGS`.
+
+Per query, every mode runs `--rounds` times in a random order each round (so no mode always
+follows the same other one: a run after the exhaustive scorer finds colder caches) and keeps
+its best time. Reported: p50/p95/p99 of each mode, the per-query best of the two forced
+scorers (what a perfect rule would reach), and pruned / exhaustive by postings per window of
+4096 doc ids (`SearchIndex.last_postings`), the figure the rule is chosen from
+(benchmarks/README.md "Choosing the scorer").
+
+    python benchmarks/scorer_choice.py --store DIR [--queries 1000] [--rule 128,0] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import _paths  # noqa: E402,F401
+import compare_fts5  # noqa: E402
+import corpus  # noqa: E402
+
+
+def percentiles(xs: list[float]) -> dict[str, float]:
+    a = np.sort(np.asarray(xs)) * 1e3
+    return {p: round(float(a[min(len(a) - 1, int(len(a) * q))]), 4)
+            for p, q in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))}
+
+
+def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]],
+        seed: int) -> dict[str, Any]:
+    eng = compare_fts5.ConvmemEngine()
+    eng.open(store_dir)
+    try:
+        ix = eng.store._catalog.index
+        n = int(eng.store.get_system_health()["active_messages"])
+        qs = corpus.make_queries(queries, seed, max(n, 1))
+        shipped = (ix.prune_density, ix.prune_min_postings)
+        # mode name -> (prune_density, min_postings, exhaustive)
+        modes: dict[str, tuple[int, int, bool]] = {
+            "shipped": (*shipped, False), "pruned": (0, 0, False), "exhaustive": (*shipped, True)}
+        for d, m in rules:
+            modes[f"rule {d},{m}"] = (d, m, False)
+        for q in qs[: min(100, len(qs))]:
+            eng.search_core(q)
+        rng = np.random.default_rng(seed)
+        names = list(modes)
+        best = {name: [] for name in names}
+        postings: list[int] = []
+        clock = time.perf_counter
+        for q in qs:
+            t = dict.fromkeys(names, math.inf)
+            for _ in range(rounds):
+                for i in rng.permutation(len(names)):
+                    name = names[i]
+                    density, least, exhaustive = modes[name]
+                    ix._set_prune_density(density, least)
+                    t0 = clock()
+                    eng.search_core(q, exhaustive=exhaustive)
+                    t[name] = min(t[name], clock() - t0)
+            ix._set_prune_density(*shipped)
+            eng.search_core(q)
+            postings.append(int(ix.last_postings))
+            for name in names:
+                best[name].append(t[name])
+        out: dict[str, Any] = {
+            "messages": n, "queries": len(qs), "rounds": rounds,
+            "shipped_rule": {"prune_density": shipped[0], "min_postings": shipped[1]},
+            "modes_ms": {name: percentiles(best[name]) for name in names}}
+        out["modes_ms"]["best of the two forced"] = percentiles(
+            [min(a, b) for a, b in zip(best["pruned"], best["exhaustive"])])
+        bins: dict[int, list[float]] = {}
+        docs = max(ix.n_docs, 1)
+        for i, p in enumerate(postings):
+            if p == 0:
+                continue
+            b = int(math.log2(max(p * 4096 / docs, 0.5)))
+            bins.setdefault(b, [0.0, 0.0, 0])
+            bins[b][0] += best["pruned"][i]
+            bins[b][1] += best["exhaustive"][i]
+            bins[b][2] += 1
+        out["pruned_over_exhaustive_by_density"] = [
+            {"postings_per_window": f"{2 ** b:g}-{2 ** (b + 1):g}", "queries": int(c),
+             "ratio": round(p / e, 3)} for b, (p, e, c) in sorted(bins.items())]
+        return out
+    finally:
+        eng.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", required=True, help="a store directory (opened, not changed)")
+    ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rule", action="append", default=[],
+                    help="another choice rule to time beside the shipped one: DENSITY,MIN_POSTINGS")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args(argv)
+    store = Path(args.store)
+    if not (store / "messages.log").is_file():
+        ap.error(f"no such store directory: {store}")
+    if args.queries <= 0 or args.rounds <= 0:
+        ap.error("--queries and --rounds must be positive")
+    rules = []
+    for r in args.rule:
+        try:
+            d, m = (int(x) for x in r.split(","))
+        except ValueError:
+            ap.error(f"--rule {r!r}: expected DENSITY,MIN_POSTINGS")
+        if d < 0 or m < 0:
+            ap.error(f"--rule {r!r}: both must be >= 0")
+        rules.append((d, m))
+    res = run(store, args.queries, args.rounds, rules, args.seed)
+    res["machine"] = compare_fts5.machine_info()
+    text = json.dumps(res, indent=1)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
