@@ -25,8 +25,11 @@ import _paths  # noqa: E402  (convmem on the path, the commit)
 
 
 def machine_info() -> dict[str, Any]:
-    """The machine, the commit and the core of this run."""
-    from convmem._core import BUILD_TYPE, CORE_KIND, CORE_PATH
+    """The machine, the commit and the core of this run ("unknown" for what a checkout older
+    than these labels does not say: the scripts also measure older code, PYTHONPATH choosing)."""
+    import convmem._core as core
+    CORE_KIND, BUILD_TYPE, CORE_PATH = (getattr(core, name, "unknown") for name in (
+        "CORE_KIND", "BUILD_TYPE", "CORE_PATH"))
     return {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
             "cpus": os.cpu_count(), "machine": platform.machine(), "commit": _paths.commit(),
             "core": CORE_KIND, "build": BUILD_TYPE, "core_path": CORE_PATH,
@@ -62,7 +65,10 @@ def refuse_debug_build(script: str) -> None:
     """Timing scripts measure release builds only: a debug (or -O0) core runs many times
     slower and would be published as convmem's speed. CONVMEM_BENCH_ALLOW_DEBUG=1 overrides
     (the results then say build: debug)."""
-    from convmem._core import BUILD_TYPE, CORE_PATH, DEBUG_MODULES
+    import convmem._core as core
+    # A checkout older than BUILD_TYPE has no debug build to refuse (nothing to say it is one).
+    BUILD_TYPE, CORE_PATH = getattr(core, "BUILD_TYPE", "unknown"), getattr(core, "CORE_PATH", "?")
+    DEBUG_MODULES = getattr(core, "DEBUG_MODULES", ())
     if BUILD_TYPE == "debug" and os.environ.get("CONVMEM_BENCH_ALLOW_DEBUG", "") in ("", "0"):
         raise SystemExit(f"{script}: the core at {CORE_PATH} is a debug build "
                          f"({', '.join(DEBUG_MODULES)}): rebuild it (rm convmem/_core/*.c; "
