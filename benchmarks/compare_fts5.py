@@ -163,8 +163,7 @@ class ConvmemEngine:
         found, _, _ = st._catalog.index.search(keys, args.get("limit", K), session=session,
                                        kind_mask=flt.kind_mask, tier_mask=flt.tier_mask,
                                        min_importance=args.get("min_importance") or 0,
-                                       tag_hashes=tags, session_docs=docs,
-                                       **({"exhaustive": True} if exhaustive else {}))
+                                       tag_hashes=tags, session_docs=docs, exhaustive=exhaustive)
         return len(found)
 
     def memory_estimate(self) -> dict[str, int]:
