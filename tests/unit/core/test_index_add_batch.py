@@ -94,28 +94,35 @@ def test_the_compiled_add_batch_lets_another_thread_run_python() -> None:
     the call (measured: its longest pause is ~8% of the call; with the GIL held throughout it
     stops for ~80% of it). The
     docs are long and few, so that buffering them is most of the call and no flush (which
-    takes the GIL back) comes in it."""
+    takes the GIL back) comes in it. The best of three calls is judged: on a loaded 2-core
+    machine the scheduler alone can stall the main thread for half of one call (seen once:
+    0.105 s of 0.150), while a held GIL stalls it in every call."""
     rng = np.random.default_rng(8)
     n = 1200
     keys = [rng.integers(1, 2**62, 200, dtype=np.uint64) for _ in range(n)]
     empty = np.zeros(0, dtype=np.uint64)
     args = (0, keys, [empty] * n, [empty] * n, [empty] * n, [0] * n, [0] * n, [0] * n, [50] * n,
             list(range(n)), rng.bytes(16 * n), [0] * n)
-    ix = compiled.SearchIndex()
-    span: list[float] = []
+    shares: list[tuple[float, float, int]] = []
+    for _ in range(3):
+        ix = compiled.SearchIndex()
+        span: list[float] = []
 
-    def run() -> None:
-        span.append(time.perf_counter())
-        ix.add_batch(*args)
-        span.append(time.perf_counter())
+        def run() -> None:
+            span.append(time.perf_counter())
+            ix.add_batch(*args)
+            span.append(time.perf_counter())
 
-    t = threading.Thread(target=run)
-    ticks: list[float] = []
-    t.start()
-    while t.is_alive():
-        ticks.append(time.perf_counter())
-    t.join()
-    assert ix.n_docs == n
-    points = [span[0]] + [x for x in ticks if span[0] < x < span[1]] + [span[1]]
-    longest = max(b - a for a, b in zip(points, points[1:]))
-    assert longest < 0.5 * (span[1] - span[0]), (longest, span[1] - span[0], len(points))
+        t = threading.Thread(target=run)
+        ticks: list[float] = []
+        t.start()
+        while t.is_alive():
+            ticks.append(time.perf_counter())
+        t.join()
+        assert ix.n_docs == n
+        points = [span[0]] + [x for x in ticks if span[0] < x < span[1]] + [span[1]]
+        longest = max(b - a for a, b in zip(points, points[1:]))
+        shares.append((longest / (span[1] - span[0]), span[1] - span[0], len(points)))
+        if shares[-1][0] < 0.5:
+            break
+    assert min(share for share, _, _ in shares) < 0.5, shares
