@@ -317,6 +317,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
     try:
         shutil.copytree(args.store, store_dir)
         (store_dir / "LOCK").unlink(missing_ok=True)
+        os.sync()  # (the copy's writeback would otherwise land in the quiet writes' floor)
         st = MemoryStore.open(store_dir)
         floor_fd = os.open(work / "floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         blob = b"x" * 1024
