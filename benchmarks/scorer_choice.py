@@ -1,6 +1,8 @@
 """Which scorer pays, per query of the corpus's query set, on a real store: the search core
 (compare_fts5.py's `search_core`) with the scorer as shipped, the pruned scorer forced, the
-exhaustive one forced, and any other choice rule given with `--rule DENSITY,MIN_POSTINGS`.
+exhaustive one forced, any other choice rule given with `--rule DENSITY,MIN_POSTINGS`, and any
+other least number of postings for two scoring threads given with `--par-min N` (`off`: one
+thread always).
 
 Per query, every mode runs `--rounds` times in a random order each round (so no mode always
 follows the same other one: a run after the exhaustive scorer finds colder caches) and keeps
@@ -9,7 +11,8 @@ scorers (what a perfect rule would reach), and pruned / exhaustive by postings p
 4096 doc ids (`SearchIndex.last_postings`), the figure the rule is chosen from
 (benchmarks/README.md "Choosing the scorer").
 
-    python benchmarks/scorer_choice.py --store DIR [--queries 1000] [--rule 128,0] [--json PATH]
+    python benchmarks/scorer_choice.py --store DIR [--queries 1000] [--rule 128,0]
+        [--par-min 100000] [--par-min off] [--json PATH]
 """
 from __future__ import annotations
 
@@ -30,8 +33,11 @@ import compare_fts5  # noqa: E402
 import corpus  # noqa: E402
 
 
+PAR_OFF = 2 ** 62  # (--par-min off: no query has this many postings)
+
+
 def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]],
-        seed: int) -> dict[str, Any]:
+        seed: int, par_mins: list[int] = ()) -> dict[str, Any]:
     eng = compare_fts5.ConvmemEngine()
     eng.open(store_dir)
     try:
@@ -39,11 +45,17 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
         n = int(eng.store.get_system_health()["active_messages"])
         qs = corpus.make_queries(queries, seed, max(n, 1))
         shipped = (ix.prune_density, ix.prune_min_postings)
-        # mode name -> (prune_density, min_postings, exhaustive)
-        modes: dict[str, tuple[int, int, bool]] = {
-            "shipped": (*shipped, False), "pruned": (0, 0, False), "exhaustive": (*shipped, True)}
+        if par_mins and not hasattr(ix, "_set_parallel_min"):
+            raise SystemExit("--par-min: this checkout's index has no _set_parallel_min")
+        par = getattr(ix, "parallel_min_postings", None)
+        # mode name -> (prune_density, min_postings, exhaustive, parallel_min_postings)
+        modes: dict[str, tuple[int, int, bool, int | None]] = {
+            "shipped": (*shipped, False, par), "pruned": (0, 0, False, par),
+            "exhaustive": (*shipped, True, par)}
         for d, m in rules:
-            modes[f"rule {d},{m}"] = (d, m, False)
+            modes[f"rule {d},{m}"] = (d, m, False, par)
+        for pm in par_mins:
+            modes["one thread" if pm == PAR_OFF else f"par-min {pm}"] = (*shipped, False, pm)
         for q in qs[: min(100, len(qs))]:
             eng.search_core(q)
         rng = np.random.default_rng(seed)
@@ -56,8 +68,10 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
             for r in range(rounds):
                 for i in rng.permutation(len(names)):
                     name = names[i]
-                    density, least, exhaustive = modes[name]
+                    density, least, exhaustive, par_min = modes[name]
                     ix._set_prune_density(density, least)
+                    if par_mins:
+                        ix._set_parallel_min(par_min)
                     t0 = clock()
                     eng.search_core(q, exhaustive=exhaustive)
                     t[name] = min(t[name], clock() - t0)
@@ -81,6 +95,17 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
             bins[b][0] += best["pruned"][i]
             bins[b][1] += best["exhaustive"][i]
             bins[b][2] += 1
+        for name in names[3 + len(rules):]:              # the --par-min modes
+            by: dict[int, list[float]] = {}
+            for i, p in enumerate(postings):
+                if p > 0:
+                    c = by.setdefault(int(math.log2(p)), [0.0, 0.0, 0])
+                    c[0] += best[name][i]
+                    c[1] += best["shipped"][i]
+                    c[2] += 1
+            out.setdefault("over_shipped_by_postings", {})[name] = [
+                {"postings": f"{2 ** b}-{2 ** (b + 1)}", "queries": int(c), "ratio": round(m / s, 3)}
+                for b, (m, s, c) in sorted(by.items())]
         out["pruned_over_exhaustive_by_density"] = [
             {"postings_per_window": f"{2 ** b:g}-{2 ** (b + 1):g}", "queries": int(c),
              "ratio": round(p / e, 3)} for b, (p, e, c) in sorted(bins.items())]
@@ -97,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--rule", action="append", default=[],
                     help="another choice rule to time beside the shipped one: DENSITY,MIN_POSTINGS")
+    ap.add_argument("--par-min", action="append", default=[],
+                    help="another least number of postings for two threads (or off): N")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     store = Path(args.store)
@@ -113,7 +140,15 @@ def main(argv: list[str] | None = None) -> int:
         if d < 0 or m < 0:
             ap.error(f"--rule {r!r}: both must be >= 0")
         rules.append((d, m))
-    res = run(store, args.queries, args.rounds, rules, args.seed)
+    par_mins = []
+    for v in args.par_min:
+        if v == "off":
+            par_mins.append(PAR_OFF)
+        elif v.isdigit():
+            par_mins.append(int(v))
+        else:
+            ap.error(f"--par-min {v!r}: expected a number of postings or off")
+    res = run(store, args.queries, args.rounds, rules, args.seed, par_mins)
     res["machine"] = compare_fts5.machine_info()
     text = json.dumps(res, indent=1)
     print(text)

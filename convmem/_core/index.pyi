@@ -18,6 +18,7 @@ class SearchIndex:
     window: int  # doc ids per scoring window (default 4096)
     prune_density: int  # queries below this many postings per 4096 doc ids are scored exhaustively
     prune_min_postings: int  # and queries with fewer postings than this
+    parallel_min_postings: int  # pruned queries with this many postings are split between two threads
     last_postings: int  # postings of the last search's query lists (0 in the twin)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
@@ -121,6 +122,7 @@ class SearchIndex:
         weights: tuple[float, float, float] = (1.0, 1.5, 2.0),
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
+    def _set_parallel_min(self, n: int) -> None: ...  # >= 0 (benchmarks; huge: never split)
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
     def _set_prune_density(self, n: int, min_postings: int | None = None) -> None: ...  # >= 0; 0 prunes every query (tests, benchmarks)
 

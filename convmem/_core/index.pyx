@@ -87,6 +87,7 @@ LEAD_KEYS = IX_LEAD_KEYS
 cdef int64_t IX_PRUNE_DENSITY = 16
 cdef int64_t IX_PRUNE_MIN_POSTINGS = 3000
 PRUNE_MIN_POSTINGS = IX_PRUNE_MIN_POSTINGS
+PARALLEL_MIN_POSTINGS = IX_PAR_MIN
 
 
 cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
@@ -198,6 +199,7 @@ cdef class SearchIndex:
         self.window = IX_WINDOW
         self.prune_density = IX_PRUNE_DENSITY
         self.prune_min_postings = IX_PRUNE_MIN_POSTINGS
+        self.parallel_min_postings = IX_PAR_MIN
         self._lock = threading.RLock()
         self.last_pruned = False
         self.last_postings = 0
@@ -1089,7 +1091,7 @@ cdef class SearchIndex:
         self.last_session_docs = cand is not None
         if cand is not None and cand.shape[0] > 0:
             cand_p = &cand[0]
-        parallel = (pruned and cand is None and total >= IX_PAR_MIN
+        parallel = (pruned and cand is None and total >= self.parallel_min_postings
                     and self._n_docs >= 4 * self.window)
         if parallel and not cm_worker_alive(self._worker):
             cm_worker_free(self._worker)              # a fork child's copy: only freed
@@ -1131,6 +1133,13 @@ cdef class SearchIndex:
             raise ValueError("prune_density and min_postings must be >= 0")
         self.prune_density = n
         self.prune_min_postings = m
+
+    def _set_parallel_min(self, int64_t n) -> None:
+        """Benchmarks: split the pruned queries of at least n postings between two threads
+        (IX_PAR_MIN by default; a huge n: never)."""
+        if n < 0:
+            raise ValueError("parallel_min_postings must be >= 0")
+        self.parallel_min_postings = n
 
     def _set_lead_weight(self, double w) -> None:
         """Benchmarks: the lead bonus's weight (0: none; ranking_quality.py --lead)."""
