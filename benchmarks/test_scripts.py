@@ -68,11 +68,15 @@ def test_corpus(tmp_path: Path) -> None:
 def test_compare_fts5_writes_only_where_asked(store: Path, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     run("compare_fts5.py", "--sizes", "200", "--queries", "10", "--json", str(out),
-        "--workdir", str(tmp_path / "w"), data=tmp_path)
+        "--workdir", str(tmp_path / "w"), "--cold", "--rebuild", data=tmp_path)
     import json
     r = json.loads(out.read_text())["sizes"]["200"]
     assert r["machine"]["commit"] and r["machine"]["core"] == "compiled"
     assert r["machine"]["build"] in ("release", "debug") and r["size"] == 200
+    # The cold opens and the rebuild come after the queries (they evict the store's cache).
+    cm = r["engines"]["convmem"]
+    assert cm["query_ms"]["p50"] > 0 and cm["open_first_query_cold_s"] > 0
+    assert cm["rebuild_index_s"] > 0 and r["engines"]["fts5"]["open_first_query_cold_s"] > 0
 
 
 def test_compare_fts5_rejects_a_missing_engine_at_once(tmp_path: Path) -> None:
