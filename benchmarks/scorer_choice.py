@@ -45,8 +45,8 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
         n = int(eng.store.get_system_health()["active_messages"])
         qs = corpus.make_queries(queries, seed, max(n, 1))
         shipped = (ix.prune_density, ix.prune_min_postings)
-        if par_mins and not hasattr(ix, "_set_parallel_min"):
-            raise SystemExit("--par-min: this checkout's index has no _set_parallel_min")
+        if par_mins and not hasattr(ix, "parallel_min_postings"):
+            raise SystemExit("--par-min: this checkout's index has no parallel_min_postings")
         par = getattr(ix, "parallel_min_postings", None)
         # mode name -> (prune_density, min_postings, exhaustive, parallel_min_postings)
         modes: dict[str, tuple[int, int, bool, int | None]] = {
@@ -71,7 +71,7 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
                     density, least, exhaustive, par_min = modes[name]
                     ix._set_prune_density(density, least)
                     if par_mins:
-                        ix._set_parallel_min(par_min)
+                        ix.parallel_min_postings = par_min
                     t0 = clock()
                     eng.search_core(q, exhaustive=exhaustive)
                     t[name] = min(t[name], clock() - t0)

@@ -78,7 +78,7 @@ cdef class SearchIndex:
     cdef readonly int64_t prune_density
     cdef readonly int64_t prune_min_postings
     # Pruned queries with at least this many postings are scored by two threads (IX_PAR_MIN).
-    cdef readonly int64_t parallel_min_postings
+    cdef public int64_t parallel_min_postings  # (benchmarks set it: scorer_choice.py --par-min)
     cdef readonly int64_t last_postings    # postings the last search's query lists hold
     cdef readonly bint last_parallel    # whether the last search used two threads
     cdef readonly bint last_session_docs    # whether it scored only the session's docs

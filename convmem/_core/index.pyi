@@ -122,7 +122,6 @@ class SearchIndex:
         weights: tuple[float, float, float] = (1.0, 1.5, 2.0),
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
-    def _set_parallel_min(self, n: int) -> None: ...  # >= 0 (benchmarks; huge: never split)
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
     def _set_prune_density(self, n: int, min_postings: int | None = None) -> None: ...  # >= 0; 0 prunes every query (tests, benchmarks)
 

@@ -87,7 +87,6 @@ LEAD_KEYS = IX_LEAD_KEYS
 cdef int64_t IX_PRUNE_DENSITY = 16
 cdef int64_t IX_PRUNE_MIN_POSTINGS = 3000
 PRUNE_MIN_POSTINGS = IX_PRUNE_MIN_POSTINGS
-PARALLEL_MIN_POSTINGS = IX_PAR_MIN
 
 
 cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
@@ -1133,13 +1132,6 @@ cdef class SearchIndex:
             raise ValueError("prune_density and min_postings must be >= 0")
         self.prune_density = n
         self.prune_min_postings = m
-
-    def _set_parallel_min(self, int64_t n) -> None:
-        """Benchmarks: split the pruned queries of at least n postings between two threads
-        (IX_PAR_MIN by default; a huge n: never)."""
-        if n < 0:
-            raise ValueError("parallel_min_postings must be >= 0")
-        self.parallel_min_postings = n
 
     def _set_lead_weight(self, double w) -> None:
         """Benchmarks: the lead bonus's weight (0: none; ranking_quality.py --lead)."""

@@ -21,7 +21,6 @@ LEAD_KEYS = 16  # the lead: the first 16 content keys (a CJK bigram a quarter ke
 LEAD_WEIGHT = 0.3  # a lead group adds this times its idf to the content part
 # The compiled index's default least postings of a pruned query (the twin never prunes).
 PRUNE_MIN_POSTINGS = 3000
-PARALLEL_MIN_POSTINGS = 30000  # (index.pyx IX_PAR_MIN: kept for the same attributes; no threads here)
 SEAM_WEIGHT = 0.5  # a query's CJK bigram across a change of script (docs/SCORING.md)
 
 
@@ -257,7 +256,7 @@ class SearchIndex:
         self.last_postings = 0  # (the compiled index's count of the query's postings)
         self.last_pruned = False
         self.last_parallel = False
-        self.parallel_min_postings = PARALLEL_MIN_POSTINGS  # (the twin never splits a query)
+        self.parallel_min_postings = 30000  # (index.pyx IX_PAR_MIN; the twin never splits)
         self.last_session_docs = False
         # The twin scores every doc: it never skips anything (the compiled index counts what its
         # pruning skipped in the last search here).
@@ -273,11 +272,6 @@ class SearchIndex:
             raise ValueError("prune_density and min_postings must be >= 0")
         self.prune_density = n
         self.prune_min_postings = m
-
-    def _set_parallel_min(self, n: int) -> None:
-        if n < 0:
-            raise ValueError("parallel_min_postings must be >= 0")
-        self.parallel_min_postings = n
 
     def _set_lead_weight(self, w: float) -> None:
         if not w >= 0:

@@ -371,9 +371,9 @@ def test_two_threads_give_the_same_top_k(seed: int) -> None:
 
 
 def test_the_least_postings_for_two_threads_is_a_setting_that_changes_no_result() -> None:
-    """`_set_parallel_min` (benchmarks/scorer_choice.py --par-min) decides which pruned queries
-    are split: a huge least keeps every one on one thread, 0 splits every pruned one, and the
-    top k is the same either way; a negative least is refused."""
+    """`parallel_min_postings` (benchmarks/scorer_choice.py --par-min) decides which pruned
+    queries are split: a huge least keeps every one on one thread, 0 splits every pruned one,
+    and the top k is the same either way."""
     rng = np.random.default_rng(11)
     ix = compiled.SearchIndex()
     ix._set_window(512)
@@ -381,19 +381,16 @@ def test_the_least_postings_for_two_threads_is_a_setting_that_changes_no_result(
     for d in range(6000):
         ix.add(d, rng.integers(1, 9, size=int(rng.integers(1, 30))).tolist(), [], [], [], 0, 0,
                0, 50, d, d.to_bytes(16, "big"))
-    assert ix.parallel_min_postings == compiled.PARALLEL_MIN_POSTINGS == 30000
+    assert ix.parallel_min_postings == twin.SearchIndex().parallel_min_postings == 30000
     q = [1, 2, 3]
-    ix._set_parallel_min(10**12)
+    ix.parallel_min_postings = 10**12
     alone = ix.search(q, 20)
     assert not ix.last_parallel and ix.last_pruned
-    ix._set_parallel_min(0)
+    ix.parallel_min_postings = 0
     assert_same(ix.search(q, 20), alone)
     assert ix.last_parallel
     assert_same(ix.search(q, 20, exhaustive=True), alone)
     assert not ix.last_parallel  # (only a pruned query is split)
-    with pytest.raises(ValueError):
-        ix._set_parallel_min(-1)
-    assert twin.PARALLEL_MIN_POSTINGS == compiled.PARALLEL_MIN_POSTINGS
 
 
 def test_session_docs_give_the_same_results() -> None:
