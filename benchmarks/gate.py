@@ -27,7 +27,10 @@ runs the thresholds were chosen from are in benchmarks/README.md ("The gate").
 Planted regressions, for the test that shows the gate catches them (benchmarks/test_gate.py):
 CONVMEM_GATE_PLANT=scorer-sleep wraps the store's search index so that every search sleeps
 1 ms first; CONVMEM_GATE_PLANT=no-pruning sets every index's prune_density so high that nothing
-is pruned. Only this script reads the variable: convmem itself has no hook and pays nothing.
+is pruned; CONVMEM_GATE_PLANT=second-flush follows every timed write_message with one more
+durable 1 KiB append (no test runs it: on a loaded disk, where the floor's fdatasync takes
+milliseconds, the write ratio cannot see a doubled flush; benchmarks/README.md has its figures).
+Only this script reads the variable: convmem itself has no hook and pays nothing.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ DEFAULT_MESSAGES = 20_000
 DEFAULT_QUERIES = 1000
 INDEX_DOCS = 100_000
 PLANT_ENV = "CONVMEM_GATE_PLANT"
-PLANTS = ("scorer-sleep", "no-pruning")
+PLANTS = ("scorer-sleep", "no-pruning", "second-flush")
 PLANT_SLEEP_S = 0.001
 NO_PRUNING = 1 << 40
 
@@ -69,7 +72,7 @@ THRESHOLDS: dict[str, float] = {
     "search_p99_convmem_over_fts5": 0.5,
     "search_p50_convmem_over_tantivy": 0.8,
     "search_core_p50_convmem_over_tantivy": 0.8,
-    "write_median_over_fdatasync_floor": 2.0,
+    "write_median_over_fdatasync_floor": 2.5,
     "scorer_common_p50_shipped_over_exhaustive": 0.8,
     "scorer_rare_p50_shipped_over_best_forced": 1.25,
     "scorer_mid_p50_shipped_over_best_forced": 1.25,
@@ -125,6 +128,30 @@ class _SleepingIndex:
         return getattr(self._inner, name)
 
 
+class _TwiceFlushingStore:
+    """The planted regression "a second flush": the store, every write_message followed by one
+    more durable 1 KiB append (to a file beside it), as if the write path flushed twice."""
+
+    def __init__(self, inner: Any, directory: Path) -> None:
+        self._inner = inner
+        self._fd = os.open(directory / "second-flush.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                           0o600)
+        self._block = os.urandom(1024)
+
+    def write_message(self, **kw: Any) -> Any:
+        answer = self._inner.write_message(**kw)
+        os.write(self._fd, self._block)
+        os.fdatasync(self._fd)
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _plant_write_store(store: Any, directory: Path) -> Any:
+    return _TwiceFlushingStore(store, directory) if plant() == "second-flush" else store
+
+
 def _plant_store(store: Any) -> None:
     kind = plant()
     if kind == "scorer-sleep":
@@ -176,7 +203,7 @@ def check_write(cfg: Config, report: Report) -> None:
     import write_floor
 
     directory = cfg.workdir / "write"
-    res = write_floor.run(cfg.writes, 50, directory, cfg.seed)
+    res = write_floor.run(cfg.writes, 50, directory, cfg.seed, wrap=_plant_write_store)
     report.figures["write_us"] = {"write_message": res["write_message_us"],
                                   "fdatasync_floor": res["fdatasync_floor_us"]}
     floor = res["fdatasync_floor_us"]["median"]

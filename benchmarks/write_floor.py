@@ -21,6 +21,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,10 @@ def stats_us(samples: list[float]) -> dict[str, float]:
             "min": float(a.min())}
 
 
-def run(count: int, warmup: int, directory: Path, seed: int) -> dict[str, Any]:
+def run(count: int, warmup: int, directory: Path, seed: int,
+        wrap: Callable[[Any, Path], Any] | None = None) -> dict[str, Any]:
+    """`wrap(store, directory)`: what to time in the store's place (gate.py's planted
+    regression); None times the store itself."""
     from convmem import MemoryStore
 
     if directory.exists():
@@ -60,7 +64,8 @@ def run(count: int, warmup: int, directory: Path, seed: int) -> dict[str, Any]:
     texts = one_kib_texts(count + warmup, seed)
     block = os.urandom(PAYLOAD_BYTES)
     fd = os.open(directory / "floor.bin", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    store = MemoryStore.open(directory / "store")
+    opened = MemoryStore.open(directory / "store")
+    store = opened if wrap is None else wrap(opened, directory)
     floor: list[float] = []
     conv: list[float] = []
     clock = time.perf_counter
@@ -82,9 +87,9 @@ def run(count: int, warmup: int, directory: Path, seed: int) -> dict[str, Any]:
                 t1 = clock()
                 if i >= warmup:
                     (floor if first else conv).append(t1 - t0)
-        log_bytes = store.get_system_health()["log_size"]
+        log_bytes = opened.get_system_health()["log_size"]
     finally:
-        store.close()
+        opened.close()
         os.close(fd)
     f, c = stats_us(floor), stats_us(conv)
     shutil.rmtree(directory, ignore_errors=True)
