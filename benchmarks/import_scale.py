@@ -68,7 +68,8 @@ t2 = time.perf_counter()
 print(json.dumps({"messages": n, "import_s": t1 - t0, "close_s": t2 - t1,
                   "gc_s": sum(p[1] for p in passes.values()),
                   "gc_passes": {g: p[0] for g, p in passes.items()},
-                  "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "minor_faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt}))
 """
 
 
@@ -104,7 +105,8 @@ def main() -> None:
             res = run_child(src, tmp, m)
             runs[m].append(res)
             print(f"round {r + 1} {m}: import {res['import_s']:.1f} s, gc {res['gc_s']:.2f} s, "
-                  f"close {res['close_s']:.1f} s, RSS peak {res['rss_peak_mb']:.0f} MB",
+                  f"close {res['close_s']:.1f} s, RSS peak {res['rss_peak_mb']:.0f} MB, "
+                  f"{res['minor_faults']} minor faults",
                   file=sys.stderr)
     summary: dict = {"messages": args.messages, "rounds": args.rounds, "commit": _paths.commit(),
                      "modes": {}}

@@ -6,6 +6,7 @@
         [--checkout ROOT] [--base-store DIR --base-checkout ROOT] [--env K=V] [--base-env K=V]
     python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
     python benchmarks/open_latency.py writes --store DIR [--count 400]
+    python benchmarks/open_latency.py first-write --store DIR [--rounds 3]
 
 `open`: each round is a fresh interpreter that imports convmem (timed apart), then times
 MemoryStore.open(DIR) + one search_messages (limit 20). With --cold the page cache of every
@@ -46,6 +47,13 @@ until at least `count` writes are measured: each snapshot is measured whole); be
 durability floor (a 1 KiB append + fdatasync in the same directory). trigger_write_ms: the
 triggering writes alone.
 
+`first-write`: a COPY of DIR; each round a fresh interpreter opens the copy, answers one
+search_messages, then times its first three write_message calls (1 KiB each) and counts the
+first write's minor page faults (getrusage: the memory it touches for the first time, a page a
+fault). The first write after an open copies what it changes out of the snapshot's map; a host
+that spawns a server for a session and then writes waits for it. Reports every round and the
+medians.
+
 Nothing here is a test; results print as JSON lines (and a table); save them with --out.
 """
 from __future__ import annotations
@@ -82,6 +90,25 @@ import convmem
 print(json.dumps({"core": CORE_KIND, "file": convmem.__file__, "import_s": t1 - t0, "open_s": t2 - t1,
                   "first_query_s": t3 - t2, "open_first_query_s": t3 - t1,
                   "hits": len(r["results"]), "estimate": est}))
+s.close()
+"""
+
+FIRST_WRITE_CHILD = r"""
+import json, resource, sys, time
+from convmem import MemoryStore
+s = MemoryStore.open(sys.argv[1])
+s.search_messages(query=sys.argv[2], limit=20)
+text = ("lorem ipsum dolor sit amet " * 40)[:1024]
+writes, faults = [], 0
+for i in range(3):
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    t0 = time.perf_counter()
+    s.write_message(session_id="first-write", role="user", content=f"{i} {text}")
+    writes.append(time.perf_counter() - t0)
+    if i == 0:
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+print(json.dumps({"first_write_ms": writes[0] * 1e3, "second_write_ms": writes[1] * 1e3,
+                  "third_write_ms": writes[2] * 1e3, "first_write_minor_faults": faults}))
 s.close()
 """
 
@@ -381,6 +408,26 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
             "during_snapshot": {"write": summ(during_w), "floor": summ(during_f)}}
 
 
+def cmd_first_write(args: argparse.Namespace) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="cm-first-write-", dir=args.tmp))
+    store_dir = work / "store"
+    keys = ("first_write_ms", "second_write_ms", "third_write_ms", "first_write_minor_faults")
+    try:
+        shutil.copytree(args.store, store_dir)
+        (store_dir / "LOCK").unlink(missing_ok=True)
+        os.sync()  # (the copy's writeback would otherwise land in the first write's fdatasync)
+        rows = []
+        for _ in range(args.rounds):
+            proc = subprocess.run([sys.executable, "-c", FIRST_WRITE_CHILD, str(store_dir),
+                                   args.query], env=child_env(None), capture_output=True,
+                                  text=True, check=True)
+            rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"what": "first-write", "store": str(args.store), "rounds": rows,
+            "median": {k: statistics.median(r[k] for r in rows) for k in keys}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -406,13 +453,19 @@ def main() -> None:
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--count", type=int, default=400)
     p.add_argument("--tmp", default=None)
+    p = sub.add_parser("first-write")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--query", default="database migration")
+    p.add_argument("--tmp", default=None)
     for p in sub.choices.values():
         p.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     _results.refuse_debug_build("open_latency.py")
     if args.cmd != "spawn":  # (spawn takes a missing directory for the empty store)
         _results.existing_store(args.store)  # a missing directory is an error, not an empty store
-    res = {"open": cmd_open, "spawn": cmd_spawn, "cjk": cmd_cjk, "writes": cmd_writes}[args.cmd](args)
+    res = {"open": cmd_open, "spawn": cmd_spawn, "cjk": cmd_cjk, "writes": cmd_writes,
+           "first-write": cmd_first_write}[args.cmd](args)
     res["machine"] = _results.machine_info()
     line = json.dumps(res, ensure_ascii=False)
     print(line)

@@ -7,6 +7,7 @@ none is given --save, so no committed result may change.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -189,6 +190,18 @@ def test_relay_latency(store: Path, tmp_path: Path) -> None:
 def test_open_latency(store: Path, tmp_path: Path, cmd: list[str]) -> None:
     done = run("open_latency.py", cmd[0], "--store", str(store), *cmd[1:], data=tmp_path)
     assert '"machine"' in done.stdout
+
+
+def test_open_latency_first_write_writes_to_a_copy(store: Path, tmp_path: Path) -> None:
+    before = sorted((p.name, p.stat().st_size) for p in store.iterdir())
+    done = run("open_latency.py", "first-write", "--store", str(store), "--rounds", "2",
+               "--tmp", str(tmp_path), data=tmp_path)
+    res = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(res["rounds"]) == 2
+    assert all(r["first_write_ms"] > 0 and r["first_write_minor_faults"] >= 0
+               for r in res["rounds"])
+    assert sorted((p.name, p.stat().st_size) for p in store.iterdir()) == before
+    assert not list(tmp_path.glob("cm-first-write-*"))  # (the copy removed)
 
 
 def test_ab_checkouts(tmp_path: Path) -> None:
