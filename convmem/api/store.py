@@ -611,7 +611,8 @@ class MemoryStore(RecallTools, TrashTools):
         if switched.error:
             meta, arrays = rebuilt.meta, rebuilt.arrays
         else:
-            meta, arrays = compaction.mapped_state(self.directory, rebuilt)
+            meta, arrays = compaction.mapped_state(self.directory, rebuilt,
+                                                   Catalog.growable_section)
         rebuilt.arrays = {}  # (the arrays in memory are freed unless they are what serves)
         self._set_catalog(Catalog.from_snapshot(self._read_record, meta, arrays))
         heap.give_back()  # (the old state and the rebuild's buffers are free now)

@@ -31,7 +31,7 @@ from .docs import (EMPTY_KEYS, FLAG_HAS_RELATIONS, R_CONTENT, R_IMPORTANCE, R_KI
                    R_REVISION, R_ROLE, R_SESSION_ID, R_SUMMARY, R_TAGS, R_TIER, R_TIMESTAMP, R_ULID,
                    FieldKeys, Prepared, Record, doc_flags, field_keys, prepare, tag_hashes,
                    tag_keys)
-from .recall_keys import RecallKeys
+from .recall_keys import COLUMN_SECTIONS as RECALL_COLUMN_SECTIONS, RecallKeys
 from .relations import RelationIndex
 from .sessions import Histories, Session, SessionIndex, histories
 from .trash import Trash
@@ -45,6 +45,10 @@ READABLE_STATE_VERSIONS = (4, 5)
 
 ReadRecord = Callable[[int, int], Record]  # (log offset, frame length) -> decoded record
 OptionalKeys = FieldKeys | tuple[None, None, None]
+
+COLUMN_SECTIONS = ("slot_doc", "slot_session", "slot_ts", "doc_offset", "doc_len", "doc_slot",
+                   "doc_kind", "doc_flags")  # (Catalog._columns's names)
+GROWABLE_SECTIONS = frozenset(COLUMN_SECTIONS + RECALL_COLUMN_SECTIONS)
 
 
 class Catalog:
@@ -410,7 +414,7 @@ class Catalog:
         self.ids.release_frozen()
 
     def _columns(self) -> dict[str, Column]:
-        """The catalog's own columns, by their snapshot section names."""
+        """The catalog's own columns, by their snapshot section names (COLUMN_SECTIONS)."""
         return {"slot_doc": self.slot_doc, "slot_session": self.slot_session,
                 "slot_ts": self.slot_ts, "doc_offset": self.doc_offset, "doc_len": self.doc_len,
                 "doc_slot": self.doc_slot, "doc_kind": self.doc_kind, "doc_flags": self.doc_flags}
@@ -440,6 +444,12 @@ class Catalog:
         histories = self.sessions.freeze()
         id_table = self.ids.frozen_table()  # (the id table is built by `later`, off the lock)
         return meta, arrays, lambda: {**_history_arrays(histories), "id_table": id_table()}
+
+    @staticmethod
+    def growable_section(name: str) -> bool:
+        """Whether a snapshot section is a column that writes append to (mapped with room:
+        store/snapshot.read_snapshot)."""
+        return name in GROWABLE_SECTIONS
 
     @staticmethod
     def snapshot_is_current(meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> bool:

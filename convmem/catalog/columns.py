@@ -8,23 +8,36 @@ class Column:
     """Values in data[:n]; data may be a read-only view of a mapped snapshot (copied on the
     first change) or shared with a frozen snapshot section (`frozen`: copied on the first change
     of a value it holds; appends write past it and need no copy)."""
-    __slots__ = ("data", "n", "shared")
+    __slots__ = ("data", "n", "shared", "mapped")
 
     def __init__(self, dtype: str, width: int = 0, capacity: int = 256) -> None:
         shape = (capacity, width) if width else (capacity,)
         self.data = np.zeros(shape, dtype=dtype)
         self.n = 0
         self.shared = False
+        self.mapped = False  # (data is a private mapping's, past n the file's bytes: room)
 
     @classmethod
     def from_array(cls, array: np.ndarray) -> "Column":
         """Adopt loaded values without copying them (a snapshot's read-only view is used in
         place); the first change copies them (`writable`, or an append, which grows by a
-        quarter). No slack: a store that is only read holds no spare capacity."""
+        quarter). No slack: a store that is only read holds no spare capacity.
+
+        A writable view whose base runs on past it (a growable section of a private mapping,
+        store/snapshot.py) is adopted with that base as its capacity: changes and appends write
+        in place, copying only the pages they touch, until the room is used up."""
         col = cls.__new__(cls)
         col.data = array
         col.n = len(array)
         col.shared = False
+        col.mapped = False
+        base = array.base
+        if (array.flags.writeable and isinstance(base, np.ndarray) and base.flags.writeable
+                and base.ndim == array.ndim and base.shape[1:] == array.shape[1:]
+                and len(base) > len(array) and base.dtype == array.dtype
+                and base.__array_interface__["data"][0] == array.__array_interface__["data"][0]):
+            col.data = base
+            col.mapped = True
         return col
 
     def writable(self) -> np.ndarray:
@@ -35,6 +48,7 @@ class Column:
             grown[: self.n] = self.data[: self.n]
             self.data = grown
             self.shared = False
+            self.mapped = False
         return self.data
 
     def frozen(self) -> np.ndarray:
@@ -83,10 +97,12 @@ class Column:
         grown[: self.n] = self.data[: self.n]
         self.data = grown
         self.shared = False
+        self.mapped = False
 
     def view(self) -> np.ndarray:
         return self.data[: self.n]
 
     @property
     def nbytes(self) -> int:
-        return self.data.nbytes
+        # (a mapped column's room past n is the file's bytes, resident only once written)
+        return self.data[: self.n].nbytes if self.mapped else self.data.nbytes

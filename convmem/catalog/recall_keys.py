@@ -53,6 +53,7 @@ for _f in range(N_FACETS):
 _sizeof = sys.getsizeof
 SECTION_PREFIX = "rk."
 _COLUMNS = ("content_key", "gist_key", "tagset", "facet", "importance")
+COLUMN_SECTIONS = tuple(SECTION_PREFIX + name for name in _COLUMNS)  # (their snapshot sections)
 
 
 TAGSETS, TAGSET_COUNT = "recall_tagsets", "recall_tagset_count"  # the snapshot meta's keys

@@ -194,15 +194,16 @@ def switch(directory: Path, new: CompactedLog, snapshot_tmp: Path, io: IoCounter
     return Switched(logfile, "; ".join(errors), dir_synced)
 
 
-def mapped_state(directory: Path, rebuilt: Rebuilt) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+def mapped_state(directory: Path, rebuilt: Rebuilt, growable: Callable[[str], bool] | None = None,
+                 ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The state a store adopts after a switch that put the new snapshot in place: that file,
     mapped as an open maps it, rather than the arrays it was written from. Those are anonymous
     memory the size of the whole state, held until the process ends (at 1M messages the
     process stayed at 566 MB of it against 21 MB after an open); the file's pages are the page
-    cache's. Every section is checksummed as it is read back. Should the file not read back
+    cache's (`growable`: read_snapshot's). Every section is checksummed as it is read back. Should the file not read back
     (I/O error, damage), the arrays are used, as before."""
     try:
-        meta, arrays = read_snapshot(directory / SNAPSHOT_NAME)
+        meta, arrays = read_snapshot(directory / SNAPSHOT_NAME, growable=growable)
         if meta.get("log_id") == rebuilt.meta.get("log_id"):
             return meta, arrays
         why = "it belongs to another log"

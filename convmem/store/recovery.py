@@ -80,7 +80,7 @@ def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
         return False
 
     try:
-        meta, arrays = read_snapshot(path, defer=defer)
+        meta, arrays = read_snapshot(path, defer=defer, growable=Catalog.growable_section)
     except FileNotFoundError:
         return None
     except SnapshotVersionError as exc:

@@ -72,7 +72,7 @@ def test_rebuilt_state_is_served_from_the_mapped_snapshot(
 
 def test_a_snapshot_that_does_not_read_back_leaves_the_state_in_memory(
         store_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    def unreadable(path):
+    def unreadable(path, growable=None):
         raise SnapshotError("section ix.post_data_content: checksum mismatch")
 
     with MemoryStore.open(store_dir) as s:

@@ -51,3 +51,45 @@ def test_a_read_only_view_is_frozen_as_it_is_and_copied_on_change():
     assert np.shares_memory(frozen, base)
     col.writable()[0] = 7
     assert base[0] == 0 and frozen[0] == 0 and col.data[0] == 7
+
+
+def _room_view(n: int, room: int) -> np.ndarray:
+    whole = np.arange(n + room, dtype=np.int64)
+    whole[n:] = -9  # (what follows the section in the file: overwritten by appends)
+    return whole[:n]
+
+
+def test_a_writable_view_with_room_past_it_is_adopted_with_that_room():
+    view = _room_view(10, 6)
+    col = Column.from_array(view)
+    assert col.mapped and col.n == 10 and len(col.data) == 16
+    assert col.nbytes == 10 * 8  # (the room is not resident until written)
+    data = col.data
+    col.append(10)
+    col.extend([11, 12])
+    col.writable()[0] = 100  # a change in place: no copy either
+    assert col.data is data and col.view().tolist() == [100] + list(range(1, 13))
+    assert col.nbytes == 13 * 8
+    col.extend([13, 14, 15, 16])  # past the room: grows into memory of its own
+    assert col.data is not data and not col.mapped
+    assert col.view().tolist() == [100] + list(range(1, 17)) and view.base[0] == 100
+
+
+def test_a_frozen_mapped_column_is_copied_on_change_and_appended_to_in_its_room():
+    col = Column.from_array(_room_view(4, 4))
+    frozen = col.frozen()
+    col.append(4)
+    assert col.mapped and frozen.tolist() == [0, 1, 2, 3]
+    col.writable()[1] = -1
+    assert frozen.tolist() == [0, 1, 2, 3] and not col.mapped
+    assert col.view().tolist() == [0, -1, 2, 3, 4]
+
+
+def test_views_without_room_or_of_other_arrays_are_not_adopted_as_room():
+    whole = np.arange(10, dtype=np.int64)
+    assert not Column.from_array(whole).mapped  # (no base)
+    assert not Column.from_array(whole[2:6]).mapped  # (starts elsewhere in its base)
+    ro = np.arange(10, dtype=np.int64)
+    ro.flags.writeable = False
+    assert not Column.from_array(ro[:5]).mapped  # (read-only: copied on change, as before)
+    assert not Column.from_array(np.zeros((8, 2))[:, :1][:4]).mapped  # (other row shape)

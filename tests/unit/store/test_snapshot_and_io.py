@@ -165,3 +165,36 @@ def test_atomic_write_sets_the_mode_and_keeps_the_old_file_on_failure(tmp_path, 
     with pytest.raises(OSError):
         write_file_atomically(path, [b"x"], counters)
     assert path.read_bytes() == b"onetwo" and not (tmp_path / "file.tmp").exists()
+
+
+def test_a_growable_section_is_a_private_writable_view_with_room_that_never_reaches_the_file(
+        tmp_path):
+    path = write(tmp_path / "snap")
+    before = path.read_bytes()
+    meta, arrays = read_snapshot(path, growable=lambda name: name in ("ids", "ts", "big"))
+    ts, ids = arrays["ts"], arrays["ids"]
+    assert ts.flags.writeable and ts.tolist() == [1, 2, 3]
+    assert ids.shape == (3, 16) and np.array_equal(ids, ARRAYS["ids"])
+    room = ts.base
+    assert len(room) > 3 and np.shares_memory(room[:3], ts)  # the file's next bytes: room
+    assert ids.base.shape[1:] == (16,) and len(ids.base) > 3  # (rows of a 2-d section)
+    assert not arrays["empty"].flags.writeable  # (not named growable: the read-only view)
+    ts[0] = -1
+    room[:] = 99  # (over the bytes of the sections after it, in this mapping only)
+    ids.base[:] = 0
+    arrays["big"].base[:] = 0
+    _, again = read_snapshot(path)  # checksums over the file: all still right
+    assert again["ts"].tolist() == [1, 2, 3] and np.array_equal(again["big"], ARRAYS["big"])
+    assert path.read_bytes() == before
+    assert arrays["scalar"] == 7 and arrays["empty"].size == 0  # (other views unchanged)
+
+
+def test_a_growable_section_at_the_end_of_the_file_has_only_the_room_the_file_has(tmp_path):
+    path = write(tmp_path / "snap")  # ("big" is the last section: nothing follows it)
+    _, arrays = read_snapshot(path, growable=lambda name: name == "big")
+    big = arrays["big"]
+    assert big.flags.writeable and np.array_equal(big, ARRAYS["big"])
+    room = big.base if big.base is not None and isinstance(big.base, np.ndarray) else big
+    assert len(room) == len(big)  # no room past the end of the file (that would fault)
+    room[:] = 1  # every byte of it writable
+    assert read_snapshot(path)[1]["big"][0] == 0

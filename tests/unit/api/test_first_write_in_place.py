@@ -1,0 +1,85 @@
+"""The first writes after an open from a snapshot append to the catalog's and the recall keys'
+columns in place, in private mappings of their sections (store/snapshot.read_snapshot's
+`growable`, catalog/columns.py), rather than copying each column whole; the snapshot file never
+sees them, and the state they make is the one a replay of the log makes."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from convmem import MemoryStore
+from convmem.catalog.catalog import COLUMN_SECTIONS, GROWABLE_SECTIONS, Catalog
+from convmem.catalog.recall_keys import COLUMN_SECTIONS as RECALL_SECTIONS
+from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
+
+
+def _columns(s: MemoryStore) -> dict:
+    cat = s._catalog
+    return {**cat._columns(),
+            **{f"rk.{name}": getattr(cat.recall, name)
+               for name in ("content_key", "gist_key", "tagset", "facet", "importance")}}
+
+
+def _fill(s: MemoryStore, n: int) -> None:
+    for i in range(n):
+        s.write_message(session_id=f"s{i % 4}", role="user", content=f"message {i} about apples",
+                        metadata={"tags": [f"t{i % 3}"], "importance": 1 + i % 5})
+
+
+def _answers(s: MemoryStore) -> list:
+    found = s.search_messages(query="apples", limit=100)["results"]
+    return sorted((r["message_id"], r["content"], r["metadata"]["importance"]) for r in found)
+
+
+def test_the_growable_sections_are_every_column_the_catalog_and_recall_keys_adopt(store_dir: Path):
+    with MemoryStore.open(store_dir) as s:
+        assert set(_columns(s)) == GROWABLE_SECTIONS
+        assert set(s._catalog._columns()) == set(COLUMN_SECTIONS)
+    assert GROWABLE_SECTIONS == set(COLUMN_SECTIONS) | set(RECALL_SECTIONS)
+    assert Catalog.growable_section("slot_doc") and not Catalog.growable_section("ix.post_data_content")
+
+
+def test_writes_after_an_open_append_in_place_and_never_reach_the_snapshot(store_dir: Path):
+    with MemoryStore.open(store_dir) as s:
+        _fill(s, 300)
+        s.checkpoint()
+    snapshot = (store_dir / SNAPSHOT_NAME).read_bytes()
+    with MemoryStore.open(store_dir) as s:
+        cols = _columns(s)
+        mapped = {name: col.data for name, col in cols.items()}
+        assert all(col.mapped for col in cols.values()), [n for n, c in cols.items() if not c.mapped]
+        _fill(s, 5)
+        s.update_message(message_id=_answers(s)[0][0], metadata={"importance": 5})  # (in place)
+        assert all(cols[name].data is data for name, data in mapped.items())  # no copy taken
+        assert all(col.n == 305 for col in _columns(s).values())
+        assert (store_dir / SNAPSHOT_NAME).read_bytes() == snapshot
+        read_snapshot(store_dir / SNAPSHOT_NAME)  # (every checksum still right)
+        assert s.get_system_health()["status"] == "OK"
+        after = _answers(s)
+        values = {name: col.view().copy() for name, col in _columns(s).items()}
+        s.checkpoint()  # a snapshot written from the mapped columns
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == after
+        assert all(np.array_equal(col.view(), values[n]) for n, col in _columns(s).items())
+    (store_dir / SNAPSHOT_NAME).unlink()  # the same state replayed from the log alone
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == after
+        assert not any(col.mapped for col in _columns(s).values())
+        assert all(np.array_equal(col.view(), values[n]) for n, col in _columns(s).items())
+
+
+def test_past_the_room_a_column_grows_into_memory_of_its_own(store_dir: Path):
+    with MemoryStore.open(store_dir) as s:
+        _fill(s, 40)
+        s.checkpoint()
+    with MemoryStore.open(store_dir) as s:
+        col = s._catalog.slot_ts
+        room = len(col.data) - col.n
+        assert col.mapped and room > 0
+        _fill(s, room + 1)
+        assert not col.mapped and col.n == 40 + room + 1
+        assert np.all(np.diff(col.view()) >= 0)  # (timestamps in creation order, none lost)
+        before = _answers(s)
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == before
