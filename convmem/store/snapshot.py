@@ -203,7 +203,8 @@ def _read_mapped(fd: int, verify: bool,
         count = int(np.prod(shape)) if shape else 1
         if count * dtype.itemsize != n:
             raise SnapshotError(f"snapshot section {entry['name']!r} has a bad shape")
-        if growable is not None and n and shape and growable(entry["name"]):
+        if (growable is not None and n and shape and dtype.kind in "biuf"
+                and growable(entry["name"])):  # (never an object dtype over file bytes)
             try:
                 arrays[entry["name"]] = _private_view(fd, size, off, n, dtype, shape)
                 continue
