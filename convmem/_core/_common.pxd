@@ -119,6 +119,10 @@ cdef inline void term_table_fill(uint32_t* table, int64_t cap, const uint64_t* k
 # may share its memory with a frozen snapshot (`shared`, SearchIndex.freeze: the memory is then
 # owned by a block the snapshot's arrays hold): elements past len may still be written (an
 # append), growing copies instead of reallocating, and garr_own copies before a change in place.
+# Or it may borrow writable memory of a private mapping (`mapped`, shared.garr_borrow: a
+# growable snapshot section, store/snapshot.py, its room past len the file's next bytes): appends
+# within cap and changes in place write it directly (the kernel copies the pages they touch,
+# never to the file), growing copies, and it is never freed here.
 
 cdef struct GArr:
     char* data
@@ -128,6 +132,7 @@ cdef struct GArr:
     int grow           # growth cap >> grow (see above)
     bint owned
     bint shared        # (not owned) memory a frozen snapshot holds; see above
+    bint mapped        # (not owned) writable memory of a private mapping; see above
 
 
 cdef inline void garr_init(GArr* a, int64_t itemsize, int grow=3) noexcept nogil:
@@ -138,6 +143,7 @@ cdef inline void garr_init(GArr* a, int64_t itemsize, int grow=3) noexcept nogil
     a.grow = grow
     a.owned = True
     a.shared = False
+    a.mapped = False
 
 
 cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
@@ -145,7 +151,7 @@ cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
     memory runs out (nothing changed then)."""
     cdef int64_t cap
     cdef char* p
-    if n <= a.cap and (a.owned or a.shared):
+    if n <= a.cap and (a.owned or a.shared or a.mapped):
         return 0
     if n <= a.len:
         cap = a.len                                   # copy-on-write without growth
@@ -163,6 +169,7 @@ cdef inline int garr_grow(GArr* a, int64_t n) noexcept nogil:
     a.cap = cap
     a.owned = True
     a.shared = False
+    a.mapped = False
     CM_ASSERT(a.len <= a.cap and n <= a.cap)
     return 0
 
@@ -175,9 +182,9 @@ cdef inline int garr_reserve(GArr* a, int64_t n) except -1:
 
 
 cdef inline int garr_claim(GArr* a) noexcept nogil:
-    """Before a change in place: borrowed or shared memory is copied (copy on write); -1 when
-    memory runs out."""
-    if not a.owned:
+    """Before a change in place: borrowed or shared memory is copied (copy on write; a private
+    mapping's needs no copy); -1 when memory runs out."""
+    if not a.owned and not a.mapped:
         a.shared = False
         return garr_grow(a, a.len)
     return 0
@@ -198,10 +205,12 @@ cdef inline void garr_free(GArr* a) noexcept nogil:
     a.cap = 0
     a.owned = True
     a.shared = False
+    a.mapped = False
 
 
 cdef inline int64_t garr_bytes(const GArr* a) noexcept nogil:
-    return a.cap * a.itemsize
+    # (a private mapping's room past len is the file's bytes, resident only once written)
+    return (a.len if a.mapped else a.cap) * a.itemsize
 
 
 cdef inline int garr_extend(GArr* a, int64_t n, bint zero) except -1:

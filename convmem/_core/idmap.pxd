@@ -8,6 +8,7 @@ cdef class IdMap:
     cdef int32_t* table        # open addressing: a slot number, or -1 for empty
     cdef Py_ssize_t capacity   # a power of two, at least 2 * n
     cdef bint table_owned      # False: a borrowed read-only table (copied before a change)
+    cdef bint table_mapped     # (not owned) a private mapping's: changed in place, never freed
     cdef object _keep          # what borrowed memory belongs to (the snapshot's views)
     cdef list _shared          # the keys' memory while a frozen snapshot views it (shared.pyx)
     cdef int _own_table(self) except -1

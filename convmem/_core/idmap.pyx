@@ -9,7 +9,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from convmem._core.shared cimport release_shared, share_garr
+from convmem._core.shared cimport garr_borrow, release_shared, share_garr
 from convmem._core._common cimport (GArr, garr_bytes, garr_free, garr_init, garr_reserve,
                                     load_u64_be, mix64)
 
@@ -72,6 +72,7 @@ cdef class IdMap:
         memset(self.table, 0xFF, cap * sizeof(int32_t))
         self.capacity = cap
         self.table_owned = True
+        self.table_mapped = False
         self.n = 0
         self._shared = []
 
@@ -83,7 +84,7 @@ cdef class IdMap:
     cdef int _own_table(self) except -1:
         """Copy a borrowed table (a snapshot's read-only view) before the first change."""
         cdef int32_t* table
-        if self.table_owned:
+        if self.table_owned or self.table_mapped:
             return 0
         table = <int32_t*>PyMem_Malloc(self.capacity * sizeof(int32_t))
         if table == NULL:
@@ -121,6 +122,7 @@ cdef class IdMap:
             PyMem_Free(self.table)
         self.table = table
         self.table_owned = True
+        self.table_mapped = False
         self.capacity = cap
         return 0
 
@@ -196,14 +198,16 @@ cdef class IdMap:
         return out
 
     @classmethod
-    def from_arrays(cls, const uint8_t[:, ::1] keys not None, table=None):
+    def from_arrays(cls, keys not None, table=None):
         """Restore from `keys_array()` (and `table_array()`, else the table is rebuilt). Given
         both, they are used in place (a snapshot's read-only views; checked: every table entry
-        names a slot or is empty) and copied on the first add."""
-        cdef Py_ssize_t n = keys.shape[0], s, cap
+        names a slot or is empty) and copied on the first add; writable views with room past
+        them (growable sections, store/snapshot.py) are added to in place instead."""
+        cdef const uint8_t[:, ::1] kv = keys
+        cdef Py_ssize_t n = kv.shape[0], s, cap
         cdef const int32_t[::1] t
         cdef uint32_t bad = 0
-        if n and keys.shape[1] != 16:
+        if n and kv.shape[1] != 16:
             raise ValueError("ids must be an (n, 16) array")
         cdef IdMap m
         if table is not None:
@@ -220,21 +224,20 @@ cdef class IdMap:
                 raise ValueError("IdMap table names a slot that does not exist")
             m = cls(16)
             garr_free(&m.keys)
+            kept = []
             if n:
-                m.keys.data = <char*>&keys[0, 0]
-                m.keys.len = n
-                m.keys.cap = n
-                m.keys.owned = False
+                garr_borrow(&m.keys, np.asarray(keys), kept)  # (an (n, 16) uint8 array)
             PyMem_Free(m.table)
             m.table = <int32_t*>&t[0]
             m.table_owned = False
+            m.table_mapped = _has_room(table)
             m.capacity = cap
             m.n = n
-            m._keep = (keys, t)
+            m._keep = (kv, t, kept)
             return m
         m = cls(max(16, n))
         if n:
-            memcpy(m.keys.data, &keys[0, 0], n * 16)
+            memcpy(m.keys.data, &kv[0, 0], n * 16)
         m.n = n
         m.keys.len = n
         while m.capacity < 2 * n:
@@ -250,6 +253,14 @@ cdef class IdMap:
     @property
     def nbytes(self):
         return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)  # (borrowed: mapped bytes)
+
+
+cdef bint _has_room(object arr):
+    """A writable view whose base runs on past it: a growable section's (store/snapshot.py)."""
+    base = getattr(arr, "base", None)
+    return (isinstance(arr, np.ndarray) and arr.flags.writeable and isinstance(base, np.ndarray)
+            and base.flags.writeable and base.nbytes > arr.nbytes
+            and base.__array_interface__["data"][0] == arr.__array_interface__["data"][0])
 
 
 # The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by

@@ -99,13 +99,24 @@ cdef int release_shared(list registry) except -1:
 # ---- plain copies and borrows between a GArr and numpy --------------------------------------
 
 cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
-    """Point at a contiguous numpy array's memory without copying it."""
+    """Point at a contiguous numpy array's memory without copying it. A writable view whose
+    base runs on past it, of its row shape (a growable snapshot section: a private mapping,
+    store/snapshot.py), is borrowed with that base as its capacity (`mapped`, _common.pxd)."""
     garr_free(a)
     a.data = <char*>cnp.PyArray_DATA(arr)
     a.len = arr.nbytes // a.itemsize
     a.cap = a.len
     a.owned = False
-    keep.append(arr)
+    view = <object>arr
+    base = view.base
+    if (view.flags.writeable and isinstance(base, np.ndarray) and base.flags.writeable
+            and base.flags.c_contiguous and base.dtype == view.dtype and base.ndim == view.ndim
+            and base.shape[1:] == view.shape[1:] and base.nbytes > view.nbytes
+            and cnp.PyArray_DATA(<cnp.ndarray>base) == cnp.PyArray_DATA(arr)):
+        a.cap = base.nbytes // a.itemsize
+        a.mapped = True
+        view = base
+    keep.append(view)
     return 0
 
 
