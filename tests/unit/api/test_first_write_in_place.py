@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from convmem import MemoryStore
+from convmem._core import CORE_KIND
 from convmem.catalog.catalog import (COLUMN_SECTIONS, GROWABLE_SECTIONS, INDEX_GROWABLE_SECTIONS,
                                      Catalog)
 from convmem.catalog.recall_keys import COLUMN_SECTIONS as RECALL_SECTIONS
@@ -45,7 +46,8 @@ def test_the_growable_sections_are_every_column_the_catalog_and_recall_keys_adop
         s.write_message(session_id="s", role="user", content="one")
         s.checkpoint()
     sections = {e["name"] for e in read_snapshot(store_dir / SNAPSHOT_NAME)[0]["sections"]}
-    assert GROWABLE_SECTIONS <= sections  # (no name that a snapshot does not hold)
+    optional = {"ix.qlen", "ix.qlen2"} if CORE_KIND != "compiled" else set()  # (the twin's has none)
+    assert GROWABLE_SECTIONS - optional <= sections  # (no name that a snapshot does not hold)
     assert Catalog.growable_section("slot_doc") and not Catalog.growable_section("ix.post_data_content")
 
 
@@ -100,10 +102,10 @@ def test_the_first_write_after_an_open_copies_no_array_whole(store_dir: Path):
     with MemoryStore.open(store_dir) as s:
         s.import_messages(({"session_id": f"s{i % 50}", "role": "user",
                             "content": f"imported message {i} word{i % 997}"}
-                           for i in range(20_000)), batch_size=2000)
+                           for i in range(10_000)), batch_size=2000)
     meta, arrays = read_snapshot(store_dir / SNAPSHOT_NAME)
-    growable = sum(arrays[name].nbytes for name in GROWABLE_SECTIONS)
-    assert growable > 1_500_000
+    growable = sum(arrays[name].nbytes for name in GROWABLE_SECTIONS if name in arrays)
+    assert growable > 800_000
     with MemoryStore.open(store_dir) as s:
         s.search_messages(query="imported", limit=5)
         tracemalloc.start()
