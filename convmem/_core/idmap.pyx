@@ -9,7 +9,7 @@ from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
-from convmem._core.shared cimport garr_borrow, release_shared, share_garr
+from convmem._core.shared cimport garr_borrow, release_shared, room_base, share_garr
 from convmem._core._common cimport (GArr, garr_bytes, garr_free, garr_init, garr_reserve,
                                     load_u64_be, mix64)
 
@@ -230,7 +230,7 @@ cdef class IdMap:
             PyMem_Free(m.table)
             m.table = <int32_t*>&t[0]
             m.table_owned = False
-            m.table_mapped = _has_room(table)
+            m.table_mapped = room_base(table) is not None
             m.capacity = cap
             m.n = n
             m._keep = (kv, t, kept)
@@ -253,14 +253,6 @@ cdef class IdMap:
     @property
     def nbytes(self):
         return self.capacity * sizeof(int32_t) + garr_bytes(&self.keys)  # (borrowed: mapped bytes)
-
-
-cdef bint _has_room(object arr):
-    """A writable view whose base runs on past it: a growable section's (store/snapshot.py)."""
-    base = getattr(arr, "base", None)
-    return (isinstance(arr, np.ndarray) and arr.flags.writeable and isinstance(base, np.ndarray)
-            and base.flags.writeable and base.nbytes > arr.nbytes
-            and base.__array_interface__["data"][0] == arr.__array_interface__["data"][0])
 
 
 # The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by

@@ -107,17 +107,26 @@ cdef int garr_borrow(GArr* a, cnp.ndarray arr, list keep) except -1:
     a.len = arr.nbytes // a.itemsize
     a.cap = a.len
     a.owned = False
-    view = <object>arr
-    base = view.base
-    if (view.flags.writeable and isinstance(base, np.ndarray) and base.flags.writeable
-            and base.flags.c_contiguous and base.dtype == view.dtype and base.ndim == view.ndim
-            and base.shape[1:] == view.shape[1:] and base.nbytes > view.nbytes
-            and cnp.PyArray_DATA(<cnp.ndarray>base) == cnp.PyArray_DATA(arr)):
-        a.cap = base.nbytes // a.itemsize
+    room = room_base(arr)
+    if room is not None:
+        a.cap = room.nbytes // a.itemsize
         a.mapped = True
-        view = base
-    keep.append(view)
+    keep.append(arr if room is None else room)
     return 0
+
+
+cdef object room_base(object view):
+    """The base of a writable view that runs on past it, of its dtype and row shape (a growable
+    snapshot section, store/snapshot.py: a private mapping), or None. catalog/columns.py asks
+    the same of a column's array."""
+    base = getattr(view, "base", None)
+    if (isinstance(view, np.ndarray) and view.flags.writeable and isinstance(base, np.ndarray)
+            and base.flags.writeable and base.flags.c_contiguous and base.dtype == view.dtype
+            and base.ndim == view.ndim and base.shape[1:] == view.shape[1:]
+            and base.nbytes > view.nbytes
+            and cnp.PyArray_DATA(<cnp.ndarray>base) == cnp.PyArray_DATA(<cnp.ndarray>view)):
+        return base
+    return None
 
 
 cdef object garr_to_numpy(const GArr* a, object dtype, tuple shape):

@@ -31,10 +31,11 @@ class Column:
         col.n = len(array)
         col.shared = False
         col.mapped = False
-        base = array.base
+        base = array.base  # (the test shared.room_base makes for the core's arrays)
         if (array.flags.writeable and isinstance(base, np.ndarray) and base.flags.writeable
+                and base.flags.c_contiguous and base.dtype == array.dtype
                 and base.ndim == array.ndim and base.shape[1:] == array.shape[1:]
-                and len(base) > len(array) and base.dtype == array.dtype
+                and len(base) > len(array)
                 and base.__array_interface__["data"][0] == array.__array_interface__["data"][0]):
             col.data = base
             col.mapped = True

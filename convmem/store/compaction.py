@@ -200,8 +200,8 @@ def mapped_state(directory: Path, rebuilt: Rebuilt, growable: Callable[[str], bo
     mapped as an open maps it, rather than the arrays it was written from. Those are anonymous
     memory the size of the whole state, held until the process ends (at 1M messages the
     process stayed at 566 MB of it against 21 MB after an open); the file's pages are the page
-    cache's (`growable`: read_snapshot's). Every section is checksummed as it is read back. Should the file not read back
-    (I/O error, damage), the arrays are used, as before."""
+    cache's (`growable`: read_snapshot's). Every section is checksummed as it is read back.
+    Should the file not read back (I/O error, damage), the arrays are used, as before."""
     try:
         meta, arrays = read_snapshot(directory / SNAPSHOT_NAME, growable=growable)
         if meta.get("log_id") == rebuilt.meta.get("log_id"):
