@@ -156,11 +156,17 @@ def classify(frames: list[tuple[str, int]], index_lines: set[int],
 
 
 def store_mappings(store_dir: Path) -> dict[str, Any]:
-    """Mapped size and resident bytes (/proc/self/smaps) of files under store_dir, and per file."""
+    """Mapped size and resident bytes (/proc/self/smaps) of files under store_dir, and per file.
+
+    A file's mapped size is the bytes of it that some mapping covers, each counted once: a
+    snapshot is mapped whole, read-only, and its growable sections again, each privately with
+    room over the bytes after it (store/snapshot.py), so summing the mappings would count those
+    bytes two or three times. Resident bytes are summed over the mappings as smaps gives them."""
     root = str(store_dir.resolve())
-    per_file: dict[str, int] = {}
-    size_kb = rss_kb = 0
+    ranges: dict[str, list[tuple[int, int]]] = {}
+    rss_kb = 0
     current = ""
+    offset = 0
     try:
         with open("/proc/self/smaps", encoding="utf-8", errors="replace") as f:
             for line in f:
@@ -168,15 +174,27 @@ def store_mappings(store_dir: Path) -> dict[str, Any]:
                 if head and "-" in head[0] and not head[0].endswith(":"):
                     path = head[5].strip() if len(head) == 6 else ""
                     current = Path(path).name if path.startswith(root) else ""
+                    offset = int(head[2], 16) if current else 0
                 elif current and head[0] == "Size:":
-                    size_kb += int(head[1])
-                    per_file[current] = per_file.get(current, 0) + int(head[1]) * 1024
+                    ranges.setdefault(current, []).append((offset, offset + int(head[1]) * 1024))
                 elif current and head[0] == "Rss:":
                     rss_kb += int(head[1])
     except OSError:
         return {"mapped_bytes": -1, "mapped_resident_bytes": -1, "mapped_files": {}}
-    return {"mapped_bytes": size_kb * 1024, "mapped_resident_bytes": rss_kb * 1024,
+    per_file = {name: covered_bytes(spans) for name, spans in ranges.items()}
+    return {"mapped_bytes": sum(per_file.values()), "mapped_resident_bytes": rss_kb * 1024,
             "mapped_files": per_file}
+
+
+def covered_bytes(spans: list[tuple[int, int]]) -> int:
+    """The length of the union of [start, end) spans."""
+    total, reach = 0, -1
+    for start, end in sorted(spans):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
 
 
 def section_category(name: str) -> str:
