@@ -122,7 +122,8 @@ cdef inline void term_table_fill(uint32_t* table, int64_t cap, const uint64_t* k
 # Or it may borrow writable memory of a private mapping (`mapped`, shared.garr_borrow: a
 # growable snapshot section, store/snapshot.py, its room past len the file's next bytes): appends
 # within cap and changes in place write it directly (the kernel copies the pages they touch,
-# never to the file), growing copies, and it is never freed here.
+# never to the file), growing copies, and it is never freed here; once a frozen snapshot views
+# it (share_garr: `shared` too) a change in place copies first.
 
 cdef struct GArr:
     char* data
@@ -183,9 +184,10 @@ cdef inline int garr_reserve(GArr* a, int64_t n) except -1:
 
 cdef inline int garr_claim(GArr* a) noexcept nogil:
     """Before a change in place: borrowed or shared memory is copied (copy on write; a private
-    mapping's needs no copy); -1 when memory runs out."""
-    if not a.owned and not a.mapped:
+    mapping's needs no copy unless a frozen snapshot views it); -1 when memory runs out."""
+    if not a.owned and (a.shared or not a.mapped):
         a.shared = False
+        a.mapped = False
         return garr_grow(a, a.len)
     return 0
 

@@ -171,7 +171,7 @@ cdef class IdMap:
         view of their memory for a background snapshot (shared.pyx: ids only grow; until
         release_frozen, growing copies them instead of reallocating)."""
         if share:
-            return share_garr(&self.keys, np.uint8, (self.n, 16), self._shared)
+            return share_garr(&self.keys, np.uint8, (self.n, 16), self._shared, self)
         out = np.empty((self.n, 16), dtype=np.uint8)
         cdef uint8_t[:, ::1] view = out
         if self.n:

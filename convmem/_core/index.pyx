@@ -1380,7 +1380,7 @@ cdef class SearchIndex:
     cdef object _column(self, GArr* a, object dtype, tuple shape, bint share):
         """A copy of the GArr's elements, or with `share` a read-only view of them (shared.pyx)."""
         if share:
-            return share_garr(a, dtype, shape, self._shared)
+            return share_garr(a, dtype, shape, self._shared, self)
         return garr_to_numpy(a, dtype, shape)
 
     @property

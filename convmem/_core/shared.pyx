@@ -46,11 +46,16 @@ cdef object _copy(const GArr* a, object dtype, tuple shape):
     return out
 
 
-cdef object share_garr(GArr* a, object dtype, tuple shape, list registry):
+cdef object share_garr(GArr* a, object dtype, tuple shape, list registry, object owner=None):
     """The GArr's elements as a read-only view of its memory (see the module docstring); a
-    copy when its memory is borrowed (a mapped snapshot's: not the GArr's to give) or empty."""
+    copy when its memory is borrowed (a mapped snapshot's: not the GArr's to give) or empty.
+    Memory of a private mapping (`mapped`, garr_borrow) is viewed in place, the view holding
+    `owner` (which keeps the mapping): from then on a change in place copies first."""
     cdef SharedBlock blk = None
     cdef cnp.npy_intp nbytes = <cnp.npy_intp>(a.len * a.itemsize)
+    if nbytes and a.mapped and owner is not None:
+        a.shared = True  # (garr_claim copies before a change in place; appends go past it)
+        return _block_view(owner, a.data, nbytes, dtype, shape)
     if nbytes == 0 or not (a.owned or a.shared):
         return _copy(a, dtype, shape)
     for addr, b in registry:
@@ -63,13 +68,14 @@ cdef object share_garr(GArr* a, object dtype, tuple shape, list registry):
         a.owned = False
         a.shared = True
         registry.append((<intptr_t>a, blk))
-    return _block_view(blk, nbytes, dtype, shape)
+    return _block_view(blk, blk.p, nbytes, dtype, shape)
 
 
-cdef object _block_view(SharedBlock blk, cnp.npy_intp nbytes, object dtype, tuple shape):
-    """A read-only array of `shape` over the block's first `nbytes`, holding the block."""
-    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>blk.p)
-    cnp.set_array_base(raw, blk)
+cdef object _block_view(object holder, char* p, cnp.npy_intp nbytes, object dtype, tuple shape):
+    """A read-only array of `shape` over the first `nbytes` at p, holding `holder` (what keeps
+    the memory: a block, or the owner of a mapping)."""
+    raw = cnp.PyArray_SimpleNewFromData(1, &nbytes, cnp.NPY_UINT8, <void*>p)
+    cnp.set_array_base(raw, holder)
     raw.flags.writeable = False
     return raw.view(dtype).reshape(shape)
 
@@ -159,4 +165,4 @@ cdef object garr_take(GArr* a, object dtype, tuple shape):
         blk.p = a.data
     a.data = NULL
     garr_free(a)
-    return _block_view(blk, nbytes, dtype, shape)
+    return _block_view(blk, blk.p, nbytes, dtype, shape)

@@ -9,6 +9,7 @@ import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from convmem import MemoryStore
 from convmem._core import CORE_KIND
@@ -120,3 +121,47 @@ def test_the_first_write_after_an_open_copies_no_array_whole(store_dir: Path):
             "a first write, newword"
     with MemoryStore.open(store_dir) as s:
         assert len(s.search_messages(query="otherword", limit=5)["results"]) == 1
+
+
+@pytest.mark.skipif(CORE_KIND != "compiled",
+                    reason="the twins copy what they load at open: nothing is mapped to view")
+def test_a_snapshot_frozen_after_an_open_views_the_mapped_arrays_and_no_write_reaches_it(
+        store_dir: Path):
+    """Freezing the state for a periodic snapshot copied the mapped arrays under the store's
+    lock (at 1M, a 115 ms triggering write); it views them, and later writes still append in
+    place past what it views."""
+    with MemoryStore.open(store_dir) as s:
+        s.import_messages(({"session_id": f"s{i % 50}", "role": "user",
+                            "content": f"imported message {i} word{i % 997}"}
+                           for i in range(10_000)), batch_size=2000)
+    with MemoryStore.open(store_dir) as s:
+        s.write_message(session_id="s1", role="user", content="a first write")
+        ix, ids = s._catalog.index, s._catalog.ids
+        tracemalloc.start()
+        try:
+            frozen = ix.freeze()
+            frozen_ids = ids.keys_array(share=True)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        arrays = frozen.arrays()
+        ulid, lens = arrays["doc_ulid"].copy(), arrays["doc_lens"].copy()
+        keys = frozen_ids.copy()
+        viewed = ulid.nbytes + lens.nbytes + keys.nbytes  # (three of the arrays it views)
+        assert peak < viewed // 2, (peak, viewed)
+        assert not frozen_ids.flags.writeable
+        for i in range(20):
+            s.write_message(session_id="s2", role="user", content=f"after the freeze {i}")
+        s.delete_message(message_id=s.search_messages(query="imported", limit=1)["results"][0]["message_id"])
+        assert np.array_equal(arrays["doc_ulid"], ulid) and np.array_equal(arrays["doc_lens"], lens)
+        assert np.array_equal(frozen_ids, keys)
+        del frozen, arrays, frozen_ids
+        ix.release_frozen()
+        ids.release_frozen()
+        s.write_message(session_id="s2", role="user", content="after the release")
+        before = _answers(s)
+        s.checkpoint()
+    with MemoryStore.open(store_dir) as s:
+        assert _answers(s) == before
+        found = {r["content"] for r in s.search_messages(query="freeze", limit=50)["results"]}
+        assert found == {f"after the freeze {i}" for i in range(20)}
