@@ -129,6 +129,37 @@ def test_write_floor(tmp_path: Path) -> None:
     assert "fdatasync" in done.stdout
 
 
+def test_analyzer_ab_runs_the_twins_of_two_copies(tmp_path: Path) -> None:
+    """The whole A/B at a tiny size on the pure twins (nothing compiled); with the same analyzer
+    on both sides (HEAD's), both copies must index the same keys and so estimate the same bytes."""
+    out = tmp_path / "ab.json"
+    done = run("analyzer_ab.py", "--messages", "200", "--queries", "10", "--writes", "5",
+               "--rounds", "1", "--repeat", "1", "--base-rev", "HEAD", "--json", str(out),
+               data=tmp_path, env={"CONVMEM_PURE": "1"})
+    assert "v2/v1" in done.stdout
+    r = json.loads(out.read_text())
+    assert r["v1"]["memory_B_per_message"] == r["v2"]["memory_B_per_message"] > 0
+    assert r["v1"]["core_p50_us"] > 0 and r["v2"]["write_p50_us"] > 0
+    assert 0 <= r["stemmed_queries"] <= 10
+
+
+def test_analyzer_ab_takes_the_analyzer_of_the_base_revision(tmp_path: Path) -> None:
+    """The v1 copy holds the base revision's analyzer files (with query_keys added where it has
+    none), the v2 copy the working tree's."""
+    sys.path.insert(0, str(HERE))
+    import analyzer_ab
+    head = analyzer_ab.git("rev-parse", "HEAD").strip()
+    v1 = analyzer_ab.make_copy(tmp_path / "v1", head, compile_core=False)
+    v2 = analyzer_ab.make_copy(tmp_path / "v2", None, compile_core=False)
+    for rel in analyzer_ab.ANALYZER_FILES:
+        assert (v1 / rel).read_text() == analyzer_ab.git("show", f"{head}:{rel}")
+        assert (v2 / rel).read_bytes() == (ROOT / rel).read_bytes()
+    assert (v2 / "setup.py").is_file() and (v2 / "convmem" / "_core" / "index.pyx").is_file()
+    done = run("analyzer_ab.py", "--base-rev", "no-such-revision", data=tmp_path, ok=False)
+    assert done.returncode != 0 and "no-such-revision" in done.stderr
+    assert not (tmp_path / "analyzer-ab").exists()  # refused before any work
+
+
 def test_profile_workloads(tmp_path: Path) -> None:
     done = run("profile_workloads.py", "--messages", "300", "--ops", "30", data=tmp_path)
     assert "search-heavy" in done.stdout and "write-heavy" in done.stdout
