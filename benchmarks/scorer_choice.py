@@ -1,8 +1,10 @@
 """Which scorer pays, per query of the corpus's query set, on a real store: the search core
 (compare_fts5.py's `search_core`) with the scorer as shipped, the pruned scorer forced, the
-exhaustive one forced, any other choice rule given with `--rule DENSITY,MIN_POSTINGS`, and any
+exhaustive one forced, any other choice rule given with `--rule DENSITY,MIN_POSTINGS`, any
 other least number of postings for two scoring threads given with `--par-min N` (`off`: one
-thread always).
+thread always), and any other values of the index's scoring settings given with `--set
+NAME=VALUE[,NAME=VALUE...]` (`prime_max_postings=0,sparse_block_span=0`: the scorer without
+priming and sparse-block bounds, docs/SCORING.md "Pruning").
 
 Per query, every mode runs `--rounds` times in a random order each round (so no mode always
 follows the same other one: a run after the exhaustive scorer finds colder caches) and keeps
@@ -12,7 +14,7 @@ scorers (what a perfect rule would reach), and pruned / exhaustive by postings p
 (benchmarks/README.md "Choosing the scorer").
 
     python benchmarks/scorer_choice.py --store DIR [--queries 1000] [--rule 128,0]
-        [--par-min 100000] [--par-min off] [--json PATH]
+        [--par-min 100000] [--par-min off] [--set prime_max_postings=0] [--json PATH]
 """
 from __future__ import annotations
 
@@ -34,10 +36,12 @@ import corpus  # noqa: E402
 
 
 PAR_OFF = 2 ** 62  # (--par-min off: no query has this many postings)
+SETTINGS = ("prime_max_postings", "sparse_block_span")  # what --set may change
 
 
 def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]],
-        seed: int, par_mins: list[int] = ()) -> dict[str, Any]:
+        seed: int, par_mins: list[int] = (),
+        settings: list[dict[str, int]] = ()) -> dict[str, Any]:
     eng = compare_fts5.ConvmemEngine()
     eng.open(store_dir)
     try:
@@ -47,15 +51,22 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
         shipped = (ix.prune_density, ix.prune_min_postings)
         if par_mins and not hasattr(ix, "parallel_min_postings"):
             raise SystemExit("--par-min: this checkout's index has no parallel_min_postings")
+        for names in settings:
+            missing = [name for name in names if not hasattr(ix, name)]
+            if missing:
+                raise SystemExit(f"--set: this checkout's index has no {', '.join(missing)}")
         par = getattr(ix, "parallel_min_postings", None)
-        # mode name -> (prune_density, min_postings, exhaustive, parallel_min_postings)
-        modes: dict[str, tuple[int, int, bool, int | None]] = {
-            "shipped": (*shipped, False, par), "pruned": (0, 0, False, par),
-            "exhaustive": (*shipped, True, par)}
+        shipped_settings = {name: getattr(ix, name) for one in settings for name in one}
+        # mode name -> (prune_density, min_postings, exhaustive, parallel_min_postings, settings)
+        modes: dict[str, tuple[int, int, bool, int | None, dict[str, int]]] = {
+            "shipped": (*shipped, False, par, {}), "pruned": (0, 0, False, par, {}),
+            "exhaustive": (*shipped, True, par, {})}
         for d, m in rules:
-            modes[f"rule {d},{m}"] = (d, m, False, par)
+            modes[f"rule {d},{m}"] = (d, m, False, par, {})
         for pm in par_mins:
-            modes["one thread" if pm == PAR_OFF else f"par-min {pm}"] = (*shipped, False, pm)
+            modes["one thread" if pm == PAR_OFF else f"par-min {pm}"] = (*shipped, False, pm, {})
+        for one in settings:
+            modes[",".join(f"{k}={v}" for k, v in one.items())] = (*shipped, False, par, one)
         for q in qs[: min(100, len(qs))]:
             eng.search_core(q)
         rng = np.random.default_rng(seed)
@@ -68,10 +79,12 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
             for r in range(rounds):
                 for i in rng.permutation(len(names)):
                     name = names[i]
-                    density, least, exhaustive, par_min = modes[name]
+                    density, least, exhaustive, par_min, values = modes[name]
                     ix._set_prune_density(density, least)
                     if par_mins:
                         ix.parallel_min_postings = par_min
+                    for k, v in {**shipped_settings, **values}.items():
+                        setattr(ix, k, v)
                     t0 = clock()
                     eng.search_core(q, exhaustive=exhaustive)
                     t[name] = min(t[name], clock() - t0)
@@ -95,7 +108,7 @@ def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]]
             bins[b][0] += best["pruned"][i]
             bins[b][1] += best["exhaustive"][i]
             bins[b][2] += 1
-        for name in names[3 + len(rules):]:              # the --par-min modes
+        for name in names[3 + len(rules):]:              # the --par-min and --set modes
             by: dict[int, list[float]] = {}
             for i, p in enumerate(postings):
                 if p > 0:
@@ -124,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="another choice rule to time beside the shipped one: DENSITY,MIN_POSTINGS")
     ap.add_argument("--par-min", action="append", default=[],
                     help="another least number of postings for two threads (or off): N")
+    ap.add_argument("--set", action="append", default=[], dest="settings",
+                    help="other values of index settings, a mode: NAME=VALUE[,NAME=VALUE...] "
+                         f"(names: {', '.join(SETTINGS)})")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
     store = Path(args.store)
@@ -148,7 +164,17 @@ def main(argv: list[str] | None = None) -> int:
             par_mins.append(int(v))
         else:
             ap.error(f"--par-min {v!r}: expected a number of postings or off")
-    res = run(store, args.queries, args.rounds, rules, args.seed, par_mins)
+    settings = []
+    for v in args.settings:
+        one: dict[str, int] = {}
+        for item in v.split(","):
+            name, _, value = item.partition("=")
+            if name not in SETTINGS or not value.isdigit():
+                ap.error(f"--set {v!r}: expected NAME=VALUE[,NAME=VALUE...] with NAME one of "
+                         f"{', '.join(SETTINGS)} and VALUE a number >= 0")
+            one[name] = int(value)
+        settings.append(one)
+    res = run(store, args.queries, args.rounds, rules, args.seed, par_mins, settings)
     res["machine"] = compare_fts5.machine_info()
     text = json.dumps(res, indent=1)
     print(text)

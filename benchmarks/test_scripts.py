@@ -207,19 +207,25 @@ def test_scorer_choice(store: Path, tmp_path: Path) -> None:
     import json
     res = json.loads(run("scorer_choice.py", "--store", str(store), "--queries", "20",
                          "--rounds", "1", "--rule", "128,0", "--par-min", "off",
-                         "--par-min", "5", data=tmp_path).stdout)
+                         "--par-min", "5", "--set", "prime_max_postings=0,sparse_block_span=0",
+                         data=tmp_path).stdout)
     assert res["messages"] == STORE_SIZE and res["queries"] == 20
     assert set(res["modes_ms"]) == {"shipped", "pruned", "exhaustive", "rule 128,0",
-                                    "one thread", "par-min 5", "best of the two forced"}
+                                    "one thread", "par-min 5", "best of the two forced",
+                                    "prime_max_postings=0,sparse_block_span=0"}
     assert all(m["p50"] > 0 for m in res["modes_ms"].values())
     assert sum(b["queries"] for b in res["pruned_over_exhaustive_by_density"]) <= 20
-    assert set(res["over_shipped_by_postings"]) == {"one thread", "par-min 5"}
+    assert set(res["over_shipped_by_postings"]) == {"one thread", "par-min 5",
+                                                    "prime_max_postings=0,sparse_block_span=0"}
     assert all(0 < b["queries"] <= 20 and b["ratio"] > 0
                for bins in res["over_shipped_by_postings"].values() for b in bins)
     bad = run("scorer_choice.py", "--store", str(store), "--rule", "16", data=tmp_path, ok=False)
     assert bad.returncode == 2 and "DENSITY,MIN_POSTINGS" in bad.stderr
     bad = run("scorer_choice.py", "--store", str(store), "--par-min", "-3", data=tmp_path, ok=False)
     assert bad.returncode == 2 and "expected a number of postings or off" in bad.stderr
+    bad = run("scorer_choice.py", "--store", str(store), "--set", "window=64", data=tmp_path,
+              ok=False)
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr
     missing = run("scorer_choice.py", "--store", str(tmp_path / "none"), data=tmp_path, ok=False)
     assert missing.returncode == 2 and "no such store directory" in missing.stderr
 

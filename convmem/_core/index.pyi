@@ -19,6 +19,13 @@ class SearchIndex:
     prune_density: int  # queries below this many postings per 4096 doc ids are scored exhaustively
     prune_min_postings: int  # and queries with fewer postings than this
     parallel_min_postings: int  # pruned queries with this many postings are split between two threads
+    # pruned queries first score the docs of their rarest groups when these hold at most this many
+    # postings (and 1/64 of the query's): the k-th score is known before the sweep (0: never)
+    prime_max_postings: int
+    last_primed: int  # docs the last search scored first that way (always 0 in the twin)
+    # a list whose blocks span this many doc ids on average is sparse: a window's bound looks at
+    # its block's docs, not only the block's maximum (0: never)
+    sparse_block_span: int
     last_postings: int  # postings of the last search's query lists (0 in the twin)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)

@@ -65,8 +65,9 @@ from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offset
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
-from convmem._core.score cimport (IX_PAR_MIN, IX_WINDOW, Eng, Group, Query, _group_df, _qlen_code,
-                                  _qlen_value, _score, _Scratch)
+from convmem._core.score cimport (IX_PAR_MIN, IX_PRIME_MAX, IX_SPARSE_SPAN, IX_WINDOW, Eng,
+                                  Group, Query, _group_df, _qlen_code, _qlen_value, _score,
+                                  _Scratch)
 
 cnp.import_array()
 
@@ -199,6 +200,8 @@ cdef class SearchIndex:
         self.prune_density = IX_PRUNE_DENSITY
         self.prune_min_postings = IX_PRUNE_MIN_POSTINGS
         self.parallel_min_postings = IX_PAR_MIN
+        self.prime_max_postings = IX_PRIME_MAX
+        self.sparse_block_span = IX_SPARSE_SPAN
         self._lock = threading.RLock()
         self.last_pruned = False
         self.last_postings = 0
@@ -828,6 +831,8 @@ cdef class SearchIndex:
         q.n_views = self._n_views
         q.n_docs = self._n_docs
         q.gbits = <uint64_t*>self._s_gbits.data
+        q.primed = False
+        q.sparse_span = self.sparse_block_span
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
         for f in range(3):
@@ -1039,6 +1044,7 @@ cdef class SearchIndex:
         self.last_windows_skipped = 0
         self.last_blocks_skipped = 0
         self.last_docs_skipped = 0
+        self.last_primed = 0
         if k > self._n_live:
             k = self._n_live
         if k == 0 or qk.shape[0] == 0:
@@ -1082,7 +1088,8 @@ cdef class SearchIndex:
             for li in range(self._q_lists.len):
                 nl += lists[li].seg == m
             most = max(most, nl)
-        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k)
+        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k,
+                                        self.prime_max_postings if pruned else 0)
         if session >= 0 and session_docs is not None and not exhaustive:
             cand = np.ascontiguousarray(session_docs, dtype=np.uint32)
             if cand.shape[0] * 16 > total:             # postings are cheaper to scan
@@ -1098,14 +1105,15 @@ cdef class SearchIndex:
             parallel = self._worker != NULL
         self.last_parallel = parallel
         if parallel:
-            (<_Scratch>self._scr[1]).engine(&e2, &q, groups, G, gterms, most, k)
+            (<_Scratch>self._scr[1]).engine(&e2, &q, groups, G, gterms, most, k, 0)
         ncand = cand.shape[0] if cand is not None else -1
         with nogil:
             _score(&e, &e2 if parallel else NULL, self._worker if parallel else NULL, lists,
-                   self.window, pruned, cand_p, ncand)
+                   self.window, pruned, cand_p, ncand, self.prime_max_postings if pruned else 0)
         self.last_windows_skipped = e.n_windows_skipped + (e2.n_windows_skipped if parallel else 0)
         self.last_blocks_skipped = e.n_blocks_skipped + (e2.n_blocks_skipped if parallel else 0)
         self.last_docs_skipped = e.n_docs_skipped + (e2.n_docs_skipped if parallel else 0)
+        self.last_primed = e.n_primed
         docs = np.empty(e.nh, dtype=np.int64)
         scores = np.empty(e.nh, dtype=np.float64)
         breakdown = np.empty((e.nh, 3), dtype=np.float64)

@@ -257,6 +257,9 @@ class SearchIndex:
         self.last_pruned = False
         self.last_parallel = False
         self.parallel_min_postings = 30000  # (index.pyx IX_PAR_MIN; the twin never splits)
+        self.prime_max_postings = 4096  # (index.pyx IX_PRIME_MAX; the twin never prunes)
+        self.last_primed = 0
+        self.sparse_block_span = 32768  # (index.pyx IX_SPARSE_SPAN; the twin never prunes)
         self.last_session_docs = False
         # The twin scores every doc: it never skips anything (the compiled index counts what its
         # pruning skipped in the last search here).

@@ -11,6 +11,9 @@ from convmem._core.postings cimport IX_BLOCK, Cursor, PList, SegView
 cdef enum:
     IX_WINDOW = 4096        # largest scoring window (doc ids)
     IX_PAR_MIN = 30000      # queries touching this many postings are scored by two threads
+    IX_PRIME_MAX = 4096     # the most postings a pruned query primes its k-th score with
+    IX_PRIME_SHARE = 64     # ... and at most this fraction (1/64) of the query's postings
+    IX_SPARSE_SPAN = 32768  # a list whose blocks span this many doc ids (8 windows) is sparse
 
 
 # One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
@@ -76,7 +79,10 @@ cdef struct Query:
     const uint8_t* qlen2    # the same for summary and tags, 2 a doc (apart: content is hot)
     double qnorm[768]       # per field, the norm (1 - b) + b * len / avgdl of each one-byte length
     # scratch
-    uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups)
+    uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups;
+                            # during scoring, the docs primed when `primed`)
+    bint primed             # gbits marks the docs already scored and offered by _prime
+    int64_t sparse_span     # a list whose blocks span this many doc ids is sparse (0: none)
 
 
 # One posting list of the current segment during a query: a term-at-a-time position (with the
@@ -91,6 +97,7 @@ cdef struct LState:
     int64_t pblk            # probes: the same for the doc probed
     uint32_t last1          # one-block lists (no skip table): the last doc, and the max of x_f
     double xm1              # over the block (a bound like bmf * bm)
+    bint sparse             # one block, or blocks spanning q.sparse_span doc ids on average
     Cursor pc
     uint32_t bd[IX_BLOCK]
     uint8_t bt[IX_BLOCK]
@@ -123,6 +130,8 @@ cdef struct Eng:
     int64_t n_windows_skipped   # windows whose bound stayed below the k-th score: not decoded
     int64_t n_blocks_skipped    # blocks of essential lists skipped on their block maxima
     int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
+    int64_t n_primed            # docs scored first to prime the k-th score (_prime)
+    uint32_t* pbuf              # _prime's docs (room for the prime_max given to engine())
 
 
 # What the second scoring thread gets: its engine and the half of the windows it runs.
@@ -136,11 +145,12 @@ cdef struct Job:
 # The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
 # query (never by the corpus).
 cdef class _Scratch:
-    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits
+    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits, w_prime
     cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd
     # Size the arrays for the query and point e at them.
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
-                    const uint32_t* gterms, int64_t n_lists, int64_t k) except -1
+                    const uint32_t* gterms, int64_t n_lists, int64_t k,
+                    int64_t prime_max) except -1
     cdef int64_t nbytes(self) noexcept
 
 
@@ -170,6 +180,9 @@ cdef int64_t _group_df(Query* q, const Group* g, const PList* lists,
                        const uint32_t* gterms) noexcept nogil
 # Score one query: e (and e2 with the worker w when both are given: two threads, half of each
 # segment's windows each) over `lists`; with nc >= 0 only the nc candidate docs cand[]
-# (ascending) of the segments, and the buffer. Leaves the top k in e.heap, best first, their breakdowns in e.hbd.
+# (ascending) of the segments, and the buffer. A pruned query first scores the docs of its
+# rarest groups when they are few (at most prime_max postings and 1/IX_PRIME_SHARE of the
+# query's; 0: never): its k-th score is then known before the sweep (_prime). Leaves the top k
+# in e.heap, best first, their breakdowns in e.hbd.
 cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
-                 const uint32_t* cand, int64_t nc) noexcept nogil
+                 const uint32_t* cand, int64_t nc, int64_t prime_max) noexcept nogil

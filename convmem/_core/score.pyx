@@ -22,6 +22,7 @@ top k is the same as with one thread.
 """
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
 
 from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, cm_load_relaxed,
@@ -196,6 +197,10 @@ cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
     s.pc.blk = -1
     s.last1 = 0
     s.xm1 = 0.0
+    # blocks spanning q.sparse_span doc ids or more on average (_ls_bound); a one-block list is
+    # decoded here anyway, so its docs bound every window
+    s.sparse = q.sparse_span > 0 and (L.skip == NULL or (
+        <int64_t>_block_last(L, L.nb - 1) - L.first >= q.sparse_span * L.nb))
     if L.skip == NULL and L.n > 0:                   # one block: decode it once, bound it exactly
         s.ccnt = _block(L, 0, s.bd, s.bt)
         s.cblk = 0
@@ -225,6 +230,16 @@ cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept
     return L.bmf * <double>L.bm[j]
 
 
+cdef inline bint _decoded_in(LState* s, int64_t j, uint32_t wlo, uint32_t whi) noexcept nogil:
+    """Whether the decoded block (s.cblk == j) holds a doc in [wlo, whi); its docs before wlo
+    are passed over for good (windows only move forward, as s.cpos does)."""
+    cdef int64_t i = s.cpos
+    while i < s.ccnt and s.bd[i] < wlo:
+        i += 1
+    s.cpos = i
+    return i < s.ccnt and s.bd[i] < whi
+
+
 cdef bint _ls_bound(const Query* q, LState* s, uint32_t wlo, uint32_t whi,
                     double* xmax) noexcept nogil:
     """Whether the list may hold docs in [wlo, whi); if so, a bound of x_f there."""
@@ -234,7 +249,7 @@ cdef bint _ls_bound(const Query* q, LState* s, uint32_t wlo, uint32_t whi,
     if L.n == 0 or L.first >= whi:
         return False
     if L.skip == NULL:
-        if s.last1 < wlo:
+        if s.last1 < wlo or (s.sparse and not _decoded_in(s, 0, wlo, whi)):
             return False
         xmax[0] = s.xm1
         return True
@@ -242,6 +257,20 @@ cdef bint _ls_bound(const Query* q, LState* s, uint32_t wlo, uint32_t whi,
     s.bblk = j
     if j >= L.nb or (j > 0 and _block_last(L, j - 1) >= whi - 1):
         return False
+    if s.sparse and _block_last(L, j) >= whi:
+        # A sparse list's block spans many windows, so it may hold none of this window's docs;
+        # its docs say, decoded once for all the windows it spans (into the buffer the
+        # term-at-a-time reads). Without this a rare word's block bounded every window, and
+        # no window was ever skipped. (A denser list's block is not decoded for this: most of
+        # its windows hold docs of it, and a non-essential list is never decoded otherwise.)
+        if s.cblk != j:
+            s.ccnt = _block(L, j, s.bd, s.bt)
+            s.cblk = j
+            s.cpos = 0
+        if not _decoded_in(s, j, wlo, whi):
+            return False
+        xmax[0] = _block_x(q, s, j)
+        return True
     while j < L.nb:
         v = _block_x(q, s, j)
         if v > mx:
@@ -438,6 +467,8 @@ cdef inline void _offer(Eng* e, const double* a, uint32_t d) noexcept nogil:
     of e.hbd that its heap item names (the slot of the item it replaces)."""
     cdef double s = (a[0] + a[1]) + a[2]
     cdef int64_t slot
+    if e.q.primed and (e.q.gbits[d >> 6] >> (d & 63)) & 1:
+        return                                        # offered once already, by _prime
     if e.nh < e.k:
         slot = e.nh
     elif _better(e.q, s, d, e.heap[0].s, e.heap[0].d):
@@ -580,6 +611,10 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
             bits &= bits - 1
             d = wlo + x
+            if q.primed and (q.gbits[d >> 6] >> (d & 63)) & 1:
+                if g1 >= 0:
+                    e.wtf[x] = 0
+                continue                              # scored and offered by _prime
             if g1 >= 0:
                 w = e.wtf[x]
                 e.wtf[x] = 0
@@ -688,6 +723,13 @@ cdef void _run(Eng* e, const PList* lists, int64_t window, bint prune, int part,
 cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc) noexcept nogil:
     """Score only the candidate docs (ascending) that lie in segments, probing every group at
     each, then the buffer window by window (its docs are filtered like anywhere else)."""
+    _score_docs(e, lists, cand, nc)
+    _run_buffer(e, IX_WINDOW)
+
+
+cdef void _score_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc) noexcept nogil:
+    """Score the candidate docs (ascending, distinct) that lie in segments exactly, probing
+    every group at each, and offer them."""
     cdef Query* q = e.q
     cdef int64_t sg, g, ci = 0, c0, j
     cdef uint32_t d, w
@@ -720,7 +762,68 @@ cdef void _run_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t nc
                     matched = True
             if matched:
                 _offer(e, a, d)
-    _run_buffer(e, IX_WINDOW)
+
+
+cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
+    cdef uint32_t x = (<const uint32_t*>a)[0]
+    cdef uint32_t y = (<const uint32_t*>b)[0]
+    return (x > y) - (x < y)
+
+
+cdef int64_t _prime(Eng* e, const PList* lists, int64_t prime_max) noexcept nogil:
+    """Score first the docs of the query's rarest groups, when they are few, so that the sweep
+    starts with the k-th score already high (docs/SCORING.md "Pruning"): the groups of fewest
+    postings while their postings add up to at most prime_max and to 1/IX_PRIME_SHARE of the
+    query's. Their segment docs are scored exactly and offered, then marked in q.gbits; the
+    sweep skips marked docs (each doc is offered once). Returns how many docs were scored.
+
+    Without it a query that pairs a rare word with common ones finds its k-th score only as the
+    sweep meets the rare word's docs, and until then the common words' lists are essential
+    in every window: at 10M messages, 'nagemouce config tests zapoushaibre' (465 postings
+    of the rare words, 1.4M in all) decoded about 190,000 docs of the common lists."""
+    cdef Query* q = e.q
+    cdef const Group* groups = e.groups
+    cdef int64_t G = e.G, i, j, t, c, li, n = 0, m = 0, cum = 0, total = 0
+    cdef uint32_t* buf = e.pbuf
+    cdef uint32_t d
+    cdef const PList* L
+    if prime_max <= 0 or G < 2 or buf == NULL:
+        return 0
+    for i in range(G):                                # groups by postings, fewest first
+        total += groups[i].n_postings
+        t = i
+        j = i - 1
+        while j >= 0 and groups[e.order[j]].n_postings > groups[t].n_postings:
+            e.order[j + 1] = e.order[j]
+            j -= 1
+        e.order[j + 1] = t
+    while m < G and cum + groups[e.order[m]].n_postings <= prime_max and \
+            (cum + groups[e.order[m]].n_postings) * IX_PRIME_SHARE <= total:
+        cum += groups[e.order[m]].n_postings
+        m += 1
+    if m == 0 or cum == 0:
+        return 0
+    for i in range(m):                                # their segment docs (cum >= their count)
+        t = e.order[i]
+        for li in range(groups[t].list_lo, groups[t].list_hi):
+            L = &lists[li]
+            for j in range(L.nb):
+                c = _block(L, j, buf + n, NULL)
+                n += c
+    qsort(buf, <size_t>n, 4, _cmp_u32)
+    j = 0
+    for i in range(n):
+        if i == 0 or buf[i] != buf[i - 1]:
+            buf[j] = buf[i]
+            j += 1
+    n = j
+    _score_docs(e, lists, buf, n)
+    for i in range(n):
+        d = buf[i]
+        q.gbits[d >> 6] |= (<uint64_t>1) << (d & 63)
+    q.primed = True
+    e.n_primed = n
+    return n
 
 
 cdef void _run_second_half(void* arg) noexcept nogil:
@@ -771,6 +874,7 @@ cdef class _Scratch:
         garr_init(&self.w_bd, 24)
         garr_init(&self.w_gl, 4)
         garr_init(&self.w_bits, 8)
+        garr_init(&self.w_prime, 4)
         garr_init(&self.ls, sizeof(LState))
         garr_init(&self.goff, 8)
         garr_init(&self.wub, 8)
@@ -787,6 +891,7 @@ cdef class _Scratch:
         garr_free(&self.w_bd)
         garr_free(&self.w_gl)
         garr_free(&self.w_bits)
+        garr_free(&self.w_prime)
         garr_free(&self.ls)
         garr_free(&self.goff)
         garr_free(&self.wub)
@@ -798,8 +903,10 @@ cdef class _Scratch:
         garr_free(&self.hbd)
 
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
-                    const uint32_t* gterms, int64_t n_lists, int64_t k) except -1:
-        """Size the arrays for the query and point e at them."""
+                    const uint32_t* gterms, int64_t n_lists, int64_t k,
+                    int64_t prime_max) except -1:
+        """Size the arrays for the query and point e at them (room for prime_max primed docs,
+        a setting, never the corpus: _prime decodes whole blocks, so IX_BLOCK more)."""
         if self.w_tf.len == 0:                        # zeroed once; the loops leave them zero
             garr_extend(&self.w_tf, IX_WINDOW, True)
             garr_extend(&self.w_acc, IX_WINDOW, False)
@@ -815,6 +922,8 @@ cdef class _Scratch:
         garr_reserve(&self.order, G)
         garr_reserve(&self.heap, k + 1)
         garr_reserve(&self.hbd, k + 1)
+        if prime_max > 0:
+            garr_reserve(&self.w_prime, prime_max + IX_BLOCK)
         e.q = q
         e.groups = groups
         e.G = G
@@ -842,20 +951,26 @@ cdef class _Scratch:
         e.n_windows_skipped = 0
         e.n_blocks_skipped = 0
         e.n_docs_skipped = 0
+        e.n_primed = 0
+        e.pbuf = <uint32_t*>self.w_prime.data if prime_max > 0 else NULL
         return 0
 
     cdef int64_t nbytes(self) noexcept:
         return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
-                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.ls)
+                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.w_prime)
+                + garr_bytes(&self.ls)
                 + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
                 + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)
                 + garr_bytes(&self.heap) + garr_bytes(&self.hbd))
 
 
 cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
-                 const uint32_t* cand, int64_t nc) noexcept nogil:
+                 const uint32_t* cand, int64_t nc, int64_t prime_max) noexcept nogil:
     cdef Job job
-    cdef int64_t j
+    cdef int64_t j, n_primed = 0
+    cdef uint32_t d
+    if nc < 0 and prune:
+        n_primed = _prime(e, lists, prime_max)
     if nc >= 0:
         _run_docs(e, lists, cand, nc)
     elif e2 != NULL and w != NULL:
@@ -872,6 +987,11 @@ cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t wind
             _offer(e, e2.hbd + 3 * <int64_t>e2.heap[j].i, e2.heap[j].d)
     else:
         _run(e, lists, window, prune, 0, 1)
+    if n_primed:                                      # gbits all zero again
+        for j in range(n_primed):
+            d = e.pbuf[j]
+            e.q.gbits[d >> 6] = 0
+        e.q.primed = False
     _heap_sort(e.q, e.heap, e.nh)
 
 

@@ -539,6 +539,108 @@ def test_pruning_keeps_results_on_similar_idf_common_terms(seed: int) -> None:
                            [{}, {"session": 2}, {"kind_mask": 0b011010, "min_importance": 40}])
 
 
+def _rare_among_common_index(seed: int) -> tuple[compiled.SearchIndex, twin.SearchIndex]:
+    """12000 docs where the terms 1 and 2 are in most docs and 900 and 901 in a few dozen spread
+    over all of them (in three segments and the buffer; some removed, some of other kinds)."""
+    rng = np.random.default_rng(300 + seed)
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    for d in range(12000):
+        content = [int(x) for x in rng.integers(10, 400, int(rng.choice([4, 12, 40, 150])))]
+        content += [1] * int(rng.random() < 0.8) + [2] * int(rng.choice([0, 1, 1, 3]))
+        content += [900] * (d % 571 == 7) * int(rng.choice([1, 2])) + [901] * (d % 877 == 11)
+        tags = [901] if d % 2999 == 5 else []
+        args = (d, content, [], tags, [], d % 5, d % 6, d % 4, (d * 7) % 101, d,
+                d.to_bytes(16, "big"))
+        ix.add(*args)
+        tw.add(*args)
+        if d in (5000, 9000):
+            ix.merge_segments()
+    for d in range(7, 12000, 571 * 3):                # some of the rare word's docs removed
+        ix.remove(d)
+        tw.remove(d)
+    return ix, tw
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
+    """A query pairing rare words with common ones scores the rare words' docs first (_prime):
+    the same top k as exhaustive and the twin, with and without priming, one thread or two, with
+    filters; the windows without a rare doc are then skipped; and the bits it marks are cleared
+    (a CJK unigram's df, counted on the same bitmap, stays right after it)."""
+    ix, tw = _rare_among_common_index(seed)
+    ix._set_window(64)
+    ix._set_prune_density(0)
+    queries = [[900, 1, 2], [1, 901, 2], [900, 901, 1], [2, 900]]
+    filters = [{}, {"kind_mask": 0b000110}, {"session": 3}, {"min_importance": 40}]
+    primed = {}
+    for prime in (compiled.SearchIndex().prime_max_postings, 0):
+        for par in (10 ** 9, 0):
+            ix.prime_max_postings, ix.parallel_min_postings = prime, par
+            for q in queries:
+                for k in (1, 20):
+                    for kw in filters:
+                        got = ix.search(q, k, **kw)
+                        primed[prime, par, str(q), k, str(kw)] = (
+                            ix.last_primed, ix.last_windows_skipped, ix.last_docs_skipped)
+                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+                        assert ix.last_primed == 0
+                        assert_same(got, tw.search(q, k, **kw))
+    assert compiled.SearchIndex().prime_max_postings == 4096
+    on = [v for key, v in primed.items() if key[0] > 0]
+    off = [v for key, v in primed.items() if key[0] == 0]
+    assert all(n > 0 for n, _, _ in on) and all(n == 0 for n, _, _ in off)
+    # the k-th score known earlier: more windows skipped, fewer docs reached and cut
+    assert sum(w for _, w, _ in on) > sum(w for _, w, _ in off)
+    assert sum(c for _, _, c in on) < sum(c for _, _, c in off)
+    cjk = [uni(0x6771)]
+    for d in range(12000, 12010):
+        args = (d, [bi(0x6771, 0x4EAC)] * (1 + d % 2), [], [], [], 0, 0, 0, 50, d,
+                d.to_bytes(16, "big"))
+        ix.add(*args)
+        tw.add(*args)
+    ix.prime_max_postings = 4096
+    ix.search([900, 1, 2], 20)
+    assert ix.last_primed > 0
+    got = ix.search(cjk, 5)
+    assert ix.last_stats[2] == (10,)
+    assert_same(got, tw.search(cjk, 5))
+
+
+@pytest.mark.parametrize("rare", [900, 902])
+def test_sparse_lists_are_bounded_by_their_docs_in_the_window(rare: int) -> None:
+    """A rare word's block spans many windows (900: one block; 902: two, of ~20000 doc ids
+    each, 0.2 docs a window): a window's bound looks at the block's docs, so the windows without
+    them are skipped (sparse_block_span; 512 doc ids here, eight windows of 64); the results do
+    not change."""
+    rng = np.random.default_rng(7)
+    ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+    for d in range(40000):
+        content = [int(x) for x in rng.integers(10, 60, int(rng.choice([3, 8, 30])))]
+        content += [1] * int(rng.random() < 0.8) + [2] * int(rng.choice([0, 1, 2]))
+        content += [900] * (d % 4999 == 17) + [902] * (d % 300 == 41)
+        args = (d, content, [], [], [], d % 3, d % 6, d % 4, (d * 7) % 101, d,
+                d.to_bytes(16, "big"))
+        ix.add(*args)
+        tw.add(*args)
+        if d == 30000:
+            ix.merge_segments()
+    ix._set_window(64)
+    ix._set_prune_density(0)
+    ix.prime_max_postings = 0
+    skipped = {}
+    for span in (512, 0):
+        ix.sparse_block_span = span
+        skipped[span] = 0
+        for q in ([rare, 1, 2], [rare, 2], [1, rare]):
+            for kw in ({}, {"kind_mask": 0b000110}):
+                got = ix.search(q, 10, **kw)
+                skipped[span] += ix.last_windows_skipped
+                assert_same(got, ix.search(q, 10, exhaustive=True, **kw))
+                assert_same(got, tw.search(q, 10, **kw))
+    assert compiled.SearchIndex().sparse_block_span == 32768
+    assert skipped[512] > skipped[0], skipped
+
+
 # ---- filters -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
