@@ -9,7 +9,8 @@ on both sides and holds. Each check below is such a ratio with a threshold; the 
   when its Python binding is installed) on the same corpus and query set, engines interleaved
   query by query after a warm-up (compare_fts5.py's engines and fairness rules): p50 and p99.
 - write: write_message (1 KiB, each one durable) against a bare 1 KiB append + fdatasync in the
-  same directory, interleaved (write_floor.py): median.
+  same directory, interleaved (write_floor.py): the median of what a write waits for (its wall
+  time less its thread's CPU time) over the floor's median.
 - scorer: on the synthetic index of bench_index.py (100k docs), per query class, the scorer as
   shipped against the pruned and the exhaustive scorer forced, interleaved with the order
   rotated: pruning must pay where it should (common terms) and no class may pay for the choice.
@@ -29,7 +30,8 @@ CONVMEM_GATE_PLANT=scorer-sleep wraps the store's search index so that every sea
 1 ms first; CONVMEM_GATE_PLANT=no-pruning sets every index's prune_density so high that nothing
 is pruned; CONVMEM_GATE_PLANT=second-flush follows every timed write_message with one more
 durable 1 KiB append (no test runs it: on a loaded disk, where the floor's fdatasync takes
-milliseconds, the write ratio cannot see a doubled flush; benchmarks/README.md has its figures).
+milliseconds, the write ratio is noisy; 0.37 against 1.28 with it on 2026-12-05,
+benchmarks/README.md "The gate").
 Only this script reads the variable: convmem itself has no hook and pays nothing.
 """
 from __future__ import annotations
@@ -72,7 +74,7 @@ THRESHOLDS: dict[str, float] = {
     "search_p99_convmem_over_fts5": 0.5,
     "search_p50_convmem_over_tantivy": 0.8,
     "search_core_p50_convmem_over_tantivy": 0.8,
-    "write_median_over_fdatasync_floor": 2.5,
+    "write_wait_median_over_fdatasync_floor": 0.85,
     "scorer_common_p50_shipped_over_exhaustive": 0.8,
     "scorer_rare_p50_shipped_over_best_forced": 1.25,
     "scorer_mid_p50_shipped_over_best_forced": 1.25,
@@ -214,7 +216,16 @@ def check_write(cfg: Config, report: Report) -> None:
                                               f"(< {MIN_FLUSH_US}): no disk flush to compare with")
         print(f"gate.py: {report.figures['write_not_judged']}", file=sys.stderr)
         return
-    report.ratios["write_median_over_fdatasync_floor"] = res["write_message_us"]["median"] / floor
+    # Judged: what a write waits for, its wall time less its thread's CPU time, against the
+    # floor. Its one flush runs on the flusher thread while the write indexes, so it waits for
+    # less than a floor (0.37 here on 2026-12-05); a second flush adds a whole one (1.28 with
+    # the planted second-flush), whatever the write's CPU. Its wall time over the floor is
+    # reported only: on a disk whose fdatasync is as fast as a write's CPU (60-110 us here),
+    # that ratio was 2.4-3.0 with an unchanged write path, and 4.3 with the plant.
+    report.figures["write_median_over_fdatasync_floor"] = res["write_message_us"]["median"] / floor
+    report.figures["write_us"]["write_message_wait"] = res["write_message_wait_us"]
+    report.ratios["write_wait_median_over_fdatasync_floor"] = (
+        res["write_message_wait_us"]["median"] / floor)
 
 
 def time_scorers(ix: Any, queries: list[np.ndarray], k: int = 20) -> dict[str, np.ndarray]:

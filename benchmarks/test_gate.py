@@ -50,6 +50,6 @@ def test_thresholds_name_only_measured_ratios() -> None:
     """A threshold whose ratio no check produces would never be judged."""
     produced = {"search_p50_convmem_over_fts5", "search_p99_convmem_over_fts5",
                 "search_p50_convmem_over_tantivy", "search_core_p50_convmem_over_tantivy",
-                "write_median_over_fdatasync_floor", "scorer_common_p50_shipped_over_exhaustive",
+                "write_wait_median_over_fdatasync_floor", "scorer_common_p50_shipped_over_exhaustive",
                 *(f"scorer_{c}_p50_shipped_over_best_forced" for c in ("rare", "mid", "common"))}
     assert set(gate.THRESHOLDS) == produced

@@ -328,7 +328,7 @@ def test_gate_smoke(tmp_path: Path) -> None:
     done = run("gate.py", "--checks", "write", "--writes", "20", "--json", str(tmp_path / "g.json"),
                data=tmp_path, ok=False)
     assert done.returncode in (0, 1), done.stderr[-2000:]
-    assert "write_median_over_fdatasync_floor" in done.stdout and "gate: " in done.stdout
+    assert "write_wait_median_over_fdatasync_floor" in done.stdout and "gate: " in done.stdout
     assert (tmp_path / "g.json").is_file()
 
 

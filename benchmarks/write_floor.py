@@ -68,12 +68,14 @@ def run(count: int, warmup: int, directory: Path, seed: int,
     store = opened if wrap is None else wrap(opened, directory)
     floor: list[float] = []
     conv: list[float] = []
-    clock = time.perf_counter
+    wait: list[float] = []  # a write's wall time less its thread's CPU time: its flush, waited for
+    clock, cpu = time.perf_counter, time.thread_time
     try:
         for i in range(count + warmup):
             # Alternate which goes first, so that neither always follows the other's flush (one
             # fdatasync may commit journal entries the other's append left).
             for first in ((True, False) if i % 2 == 0 else (False, True)):
+                c0 = cpu()
                 t0 = clock()
                 if first:
                     os.write(fd, block)
@@ -85,8 +87,11 @@ def run(count: int, warmup: int, directory: Path, seed: int,
                     if res.get("status") != "OK":
                         raise RuntimeError(f"write_message failed: {res}")
                 t1 = clock()
+                c1 = cpu()
                 if i >= warmup:
                     (floor if first else conv).append(t1 - t0)
+                    if not first:
+                        wait.append(max(0.0, (t1 - t0) - (c1 - c0)))
         log_bytes = opened.get_system_health()["log_size"]
     finally:
         opened.close()
@@ -94,7 +99,7 @@ def run(count: int, warmup: int, directory: Path, seed: int,
     f, c = stats_us(floor), stats_us(conv)
     shutil.rmtree(directory, ignore_errors=True)
     return {"count": count, "payload_bytes": PAYLOAD_BYTES, "directory": str(directory),
-            "fdatasync_floor_us": f, "write_message_us": c,
+            "fdatasync_floor_us": f, "write_message_us": c, "write_message_wait_us": stats_us(wait),
             "difference_us": {"median": c["median"] - f["median"], "p99": c["p99"] - f["p99"],
                               "mean": c["mean"] - f["mean"]},
             "convmem_log_bytes_per_write": log_bytes / (count + warmup),

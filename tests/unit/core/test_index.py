@@ -606,12 +606,10 @@ def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     assert_same(got, tw.search(cjk, 5))
 
 
-@pytest.mark.parametrize("rare", [900, 902])
-def test_sparse_lists_are_bounded_by_their_docs_in_the_window(rare: int) -> None:
-    """A rare word's block spans many windows (900: one block; 902: two, of ~20000 doc ids
-    each, 0.2 docs a window): a window's bound looks at the block's docs, so the windows without
-    them are skipped (sparse_block_span; 512 doc ids here, eight windows of 64); the results do
-    not change."""
+@pytest.fixture(scope="module")
+def sparse_index() -> tuple[compiled.SearchIndex, twin.SearchIndex]:
+    """40000 docs, the terms 1 and 2 in most, 900 in 9 (one block) and 902 in 133 (two blocks
+    of ~20000 doc ids each: 0.2 docs a window of 64)."""
     rng = np.random.default_rng(7)
     ix, tw = compiled.SearchIndex(), twin.SearchIndex()
     for d in range(40000):
@@ -624,6 +622,15 @@ def test_sparse_lists_are_bounded_by_their_docs_in_the_window(rare: int) -> None
         tw.add(*args)
         if d == 30000:
             ix.merge_segments()
+    return ix, tw
+
+
+@pytest.mark.parametrize("rare", [900, 902])
+def test_sparse_lists_are_bounded_by_their_docs_in_the_window(sparse_index, rare: int) -> None:
+    """A rare word's block spans many windows: a window's bound looks at the block's docs, so
+    the windows without them are skipped (sparse_block_span; 512 doc ids here, eight windows of
+    64); the results do not change."""
+    ix, tw = sparse_index
     ix._set_window(64)
     ix._set_prune_density(0)
     ix.prime_max_postings = 0
