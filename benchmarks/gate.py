@@ -78,7 +78,9 @@ THRESHOLDS: dict[str, float] = {
     "scorer_common_p50_shipped_over_exhaustive": 0.8,
     "scorer_rare_p50_shipped_over_best_forced": 1.25,
     "scorer_mid_p50_shipped_over_best_forced": 1.25,
-    "scorer_common_p50_shipped_over_best_forced": 1.25,
+    # 1.35, not 1.25: on the machine of 2026-12-05 it measured 1.166 before that day's priming
+    # and 1.18-1.24 after (benchmarks/README.md "The gate"); a choice that never prunes is ~2.9
+    "scorer_common_p50_shipped_over_best_forced": 1.35,
 }
 
 
