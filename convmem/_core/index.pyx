@@ -831,7 +831,6 @@ cdef class SearchIndex:
         q.n_views = self._n_views
         q.n_docs = self._n_docs
         q.gbits = <uint64_t*>self._s_gbits.data
-        q.primed = False
         q.sparse_span = self.sparse_block_span
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
@@ -1088,8 +1087,7 @@ cdef class SearchIndex:
             for li in range(self._q_lists.len):
                 nl += lists[li].seg == m
             most = max(most, nl)
-        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k,
-                                        self.prime_max_postings if pruned else 0)
+        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k, self.prime_max_postings)
         if session >= 0 and session_docs is not None and not exhaustive:
             cand = np.ascontiguousarray(session_docs, dtype=np.uint32)
             if cand.shape[0] * 16 > total:             # postings are cheaper to scan
@@ -1109,7 +1107,7 @@ cdef class SearchIndex:
         ncand = cand.shape[0] if cand is not None else -1
         with nogil:
             _score(&e, &e2 if parallel else NULL, self._worker if parallel else NULL, lists,
-                   self.window, pruned, cand_p, ncand, self.prime_max_postings if pruned else 0)
+                   self.window, pruned, cand_p, ncand)
         self.last_windows_skipped = e.n_windows_skipped + (e2.n_windows_skipped if parallel else 0)
         self.last_blocks_skipped = e.n_blocks_skipped + (e2.n_blocks_skipped if parallel else 0)
         self.last_docs_skipped = e.n_docs_skipped + (e2.n_docs_skipped if parallel else 0)

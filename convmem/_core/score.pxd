@@ -131,7 +131,8 @@ cdef struct Eng:
     int64_t n_blocks_skipped    # blocks of essential lists skipped on their block maxima
     int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
     int64_t n_primed            # docs scored first to prime the k-th score (_prime)
-    uint32_t* pbuf              # _prime's docs (room for the prime_max given to engine())
+    int64_t prime_max           # _prime's most postings (engine()'s prime_max; 0: no priming)
+    uint32_t* pbuf              # _prime's docs: room for prime_max + IX_BLOCK
 
 
 # What the second scoring thread gets: its engine and the half of the windows it runs.
@@ -181,8 +182,8 @@ cdef int64_t _group_df(Query* q, const Group* g, const PList* lists,
 # Score one query: e (and e2 with the worker w when both are given: two threads, half of each
 # segment's windows each) over `lists`; with nc >= 0 only the nc candidate docs cand[]
 # (ascending) of the segments, and the buffer. A pruned query first scores the docs of its
-# rarest groups when they are few (at most prime_max postings and 1/IX_PRIME_SHARE of the
-# query's; 0: never): its k-th score is then known before the sweep (_prime). Leaves the top k
-# in e.heap, best first, their breakdowns in e.hbd.
+# rarest groups when they are few (at most e.prime_max postings and 1/IX_PRIME_SHARE of the
+# query's): its k-th score is then known before the sweep (_prime). Leaves the top k in e.heap,
+# best first, their breakdowns in e.hbd.
 cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
-                 const uint32_t* cand, int64_t nc, int64_t prime_max) noexcept nogil
+                 const uint32_t* cand, int64_t nc) noexcept nogil

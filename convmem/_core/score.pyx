@@ -770,10 +770,10 @@ cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
     return (x > y) - (x < y)
 
 
-cdef int64_t _prime(Eng* e, const PList* lists, int64_t prime_max) noexcept nogil:
+cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
     """Score first the docs of the query's rarest groups, when they are few, so that the sweep
     starts with the k-th score already high (docs/SCORING.md "Pruning"): the groups of fewest
-    postings while their postings add up to at most prime_max and to 1/IX_PRIME_SHARE of the
+    postings while their postings add up to at most e.prime_max and to 1/IX_PRIME_SHARE of the
     query's. Their segment docs are scored exactly and offered, then marked in q.gbits; the
     sweep skips marked docs (each doc is offered once). Returns how many docs were scored.
 
@@ -784,6 +784,7 @@ cdef int64_t _prime(Eng* e, const PList* lists, int64_t prime_max) noexcept nogi
     cdef Query* q = e.q
     cdef const Group* groups = e.groups
     cdef int64_t G = e.G, i, j, t, c, li, n = 0, m = 0, cum = 0, total = 0
+    cdef int64_t prime_max = e.prime_max
     cdef uint32_t* buf = e.pbuf
     cdef uint32_t d
     cdef const PList* L
@@ -925,6 +926,7 @@ cdef class _Scratch:
         if prime_max > 0:
             garr_reserve(&self.w_prime, prime_max + IX_BLOCK)
         e.q = q
+        q.primed = False                              # (_prime marks q.gbits, _score clears it)
         e.groups = groups
         e.G = G
         e.gterms = gterms
@@ -952,6 +954,7 @@ cdef class _Scratch:
         e.n_blocks_skipped = 0
         e.n_docs_skipped = 0
         e.n_primed = 0
+        e.prime_max = max(prime_max, 0)
         e.pbuf = <uint32_t*>self.w_prime.data if prime_max > 0 else NULL
         return 0
 
@@ -965,12 +968,12 @@ cdef class _Scratch:
 
 
 cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t window, bint prune,
-                 const uint32_t* cand, int64_t nc, int64_t prime_max) noexcept nogil:
+                 const uint32_t* cand, int64_t nc) noexcept nogil:
     cdef Job job
     cdef int64_t j, n_primed = 0
     cdef uint32_t d
     if nc < 0 and prune:
-        n_primed = _prime(e, lists, prime_max)
+        n_primed = _prime(e, lists)
     if nc >= 0:
         _run_docs(e, lists, cand, nc)
     elif e2 != NULL and w != NULL:
