@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402  (convmem on the path, the data directory)
 import _results  # noqa: E402
 import corpus  # noqa: E402
+from ab_checkouts import pct  # noqa: E402  (the same percentile as the other A/B)
 
 COMMITTED = "analyzer_ab.json"  # --save writes benchmarks/results/analyzer_ab.json
 BASE_REV = "23fca71^"  # the revision before analyzer v2 (TOKENIZER_VERSION 1)
@@ -168,11 +169,6 @@ def child(copy: Path, *args: str) -> dict[str, Any]:
     if done.returncode != 0:
         raise SystemExit(f"analyzer_ab.py: a child of {copy} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def stemmed_queries(queries: list[dict[str, Any]]) -> list[bool]:
