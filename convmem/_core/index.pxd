@@ -82,11 +82,14 @@ cdef class SearchIndex:
     # A pruned query scores the docs of its rarest groups first when they hold at most this many
     # postings (and 1/64 of the query's), so that its k-th score is known before the sweep
     # (IX_PRIME_MAX; 0: never).
-    cdef public int64_t prime_max_postings  # (benchmarks set it: scorer_choice.py --prime)
-    cdef readonly int64_t last_primed       # docs the last search scored first that way
+    cdef public int64_t prime_max_postings  # (benchmarks set it: scorer_choice.py --set)
+    # ... and the docs of largest x_f of the blocks of highest maximum of its long lists, this
+    # many blocks a list (IX_IMPACT_BLOCKS; 0: never).
+    cdef public int64_t impact_prime_blocks  # (scorer_choice.py --set)
+    cdef readonly int64_t last_primed       # docs the last search scored first these ways
     # A list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (IX_SPARSE_SPAN; 0: never).
-    cdef public int64_t sparse_block_span   # (benchmarks set it: scorer_choice.py --sparse)
+    cdef public int64_t sparse_block_span   # (benchmarks set it: scorer_choice.py --set)
     cdef readonly int64_t last_postings    # postings the last search's query lists hold
     cdef readonly bint last_parallel    # whether the last search used two threads
     cdef readonly bint last_session_docs    # whether it scored only the session's docs

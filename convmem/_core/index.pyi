@@ -26,6 +26,7 @@ class SearchIndex:
     # a list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (0: never)
     sparse_block_span: int
+    impact_prime_blocks: int
     last_postings: int  # postings of the last search's query lists (0 in the twin)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)

@@ -65,7 +65,7 @@ from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offset
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
-from convmem._core.score cimport (IX_PAR_MIN, IX_PRIME_MAX, IX_SPARSE_SPAN, IX_WINDOW, Eng,
+from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_SPARSE_SPAN, IX_WINDOW, Eng,
                                   Group, Query, _group_df, _qlen_code, _qlen_value, _score,
                                   _Scratch)
 
@@ -202,6 +202,7 @@ cdef class SearchIndex:
         self.parallel_min_postings = IX_PAR_MIN
         self.prime_max_postings = IX_PRIME_MAX
         self.sparse_block_span = IX_SPARSE_SPAN
+        self.impact_prime_blocks = IX_IMPACT_BLOCKS
         self._lock = threading.RLock()
         self.last_pruned = False
         self.last_postings = 0
@@ -832,6 +833,7 @@ cdef class SearchIndex:
         q.n_docs = self._n_docs
         q.gbits = <uint64_t*>self._s_gbits.data
         q.sparse_span = self.sparse_block_span
+        q.impact_blocks = self.impact_prime_blocks
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
         for f in range(3):

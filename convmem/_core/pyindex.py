@@ -260,6 +260,7 @@ class SearchIndex:
         self.prime_max_postings = 4096  # (index.pyx IX_PRIME_MAX; the twin never prunes)
         self.last_primed = 0
         self.sparse_block_span = 32768  # (index.pyx IX_SPARSE_SPAN; the twin never prunes)
+        self.impact_prime_blocks = 32  # (index.pyx IX_IMPACT_BLOCKS; the twin never prunes)
         self.last_session_docs = False
         # The twin scores every doc: it never skips anything (the compiled index counts what its
         # pruning skipped in the last search here).

@@ -14,6 +14,10 @@ cdef enum:
     IX_PRIME_MAX = 4096     # the most postings a pruned query primes its k-th score with
     IX_PRIME_SHARE = 64     # ... and at most this fraction (1/64) of the query's postings
     IX_SPARSE_SPAN = 32768  # a list whose blocks span this many doc ids (8 windows) is sparse
+    IX_IMPACT_BLOCKS = 32   # blocks of highest maximum a pruned query primes with, a list
+    IX_IMPACT_MAX = 64      # ... at most, over its lists
+    IX_IMPACT_MAX_G = 2     # ... in queries of at most this many groups
+    IX_IMPACT_MIN_NB = 256  # ... taken from lists of at least this many blocks
 
 
 # One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
@@ -83,6 +87,7 @@ cdef struct Query:
                             # during scoring, the docs primed when `primed`)
     bint primed             # gbits marks the docs already scored and offered by _prime
     int64_t sparse_span     # a list whose blocks span this many doc ids is sparse (0: none)
+    int64_t impact_blocks   # _prime's blocks of highest maximum (at most IX_IMPACT_BLOCKS; 0: none)
 
 
 # One posting list of the current segment during a query: a term-at-a-time position (with the
@@ -132,7 +137,7 @@ cdef struct Eng:
     int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
     int64_t n_primed            # docs scored first to prime the k-th score (_prime)
     int64_t prime_max           # _prime's most postings (engine()'s prime_max; 0: no priming)
-    uint32_t* pbuf              # _prime's docs: room for prime_max + IX_BLOCK
+    uint32_t* pbuf              # _prime's docs: room for prime_max + IX_BLOCK + the impact docs
 
 
 # What the second scoring thread gets: its engine and the half of the windows it runs.

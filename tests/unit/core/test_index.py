@@ -576,6 +576,7 @@ def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     for prime in (compiled.SearchIndex().prime_max_postings, 0):
         for par in (10 ** 9, 0):
             ix.prime_max_postings, ix.parallel_min_postings = prime, par
+            ix.impact_prime_blocks = 0 if prime == 0 else compiled.SearchIndex().impact_prime_blocks
             for q in queries:
                 for k in (1, 20):
                     for kw in filters:
@@ -604,6 +605,63 @@ def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     got = ix.search(cjk, 5)
     assert ix.last_stats[2] == (10,)
     assert_same(got, tw.search(cjk, 5))
+
+
+@pytest.fixture(scope="module")
+def common_word_index() -> compiled.SearchIndex:
+    """45500 docs: one segment of 45000 and the buffer. The term 1 is in 90% of them (a list of
+    about 315 blocks in the segment: long enough to prime from), 2 in a third, the other words
+    rare; lengths from 20 to 200 keys but for 0.3% of two keys (the docs that score best), tf
+    1 to 3; some docs removed. Compiled only (the pruning
+    is compiled only; exhaustive scoring is the oracle, checked against the twin elsewhere)."""
+    rng = np.random.default_rng(11)
+    ix = compiled.SearchIndex()
+    for d in range(45500):
+        n = int(rng.choice([2, 20, 60, 200], p=[0.003, 0.3, 0.4, 0.297]))
+        content = [int(x) for x in rng.integers(10, 5000, n)]
+        content += [1] * int(rng.choice([0, 1, 1, 1, 1, 1, 1, 1, 2, 3]))
+        content += [2] * int(rng.random() < 0.33)
+        ix.add(d, content, [], [1] if d % 997 == 3 else [], [], d % 5, d % 6, d % 4,
+               (d * 7) % 101, d, d.to_bytes(16, "big"))
+        if d == 44999:
+            ix.merge_segments()
+    for d in range(13, 45500, 1001):
+        ix.remove(d)
+    return ix
+
+
+def test_priming_with_the_highest_blocks_keeps_results(common_word_index) -> None:
+    """A query of one or two groups scores first, from each long list, the best doc of each of
+    its blocks of highest maximum (_impact_docs): the same top k as exhaustive, with and without,
+    one thread or two, with filters (a doc they drop is not primed); more windows are skipped
+    and fewer docs cut. A query of three groups is not primed that way."""
+    ix = common_word_index
+    ix._set_window(256)
+    ix._set_prune_density(0)
+    ix.prime_max_postings = 0                         # (the rare groups' priming: tested above)
+    filters = [{}, {"kind_mask": 0b000110}, {"min_importance": 60}, {"session": 2}]
+    seen = {}
+    for blocks in (compiled.SearchIndex().impact_prime_blocks, 0):
+        ix.impact_prime_blocks = blocks
+        for par in (10 ** 9, 0):
+            ix.parallel_min_postings = par
+            for q in ([1], [1, 2]):
+                for k in (1, 20):
+                    for kw in filters:
+                        got = ix.search(q, k, **kw)
+                        seen[blocks, par, str(q), k, str(kw)] = (
+                            ix.last_primed, ix.last_windows_skipped, ix.last_docs_skipped)
+                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+    assert compiled.SearchIndex().impact_prime_blocks == 32
+    on = [v for key, v in seen.items() if key[0] > 0]
+    off = [v for key, v in seen.items() if key[0] == 0]
+    assert all(n > 0 for n, _, _ in on) and all(n == 0 for n, _, _ in off)
+    assert sum(w for _, w, _ in on) > sum(w for _, w, _ in off)
+    assert sum(c for _, _, c in on) < sum(c for _, _, c in off)
+    ix.impact_prime_blocks = 32
+    got = ix.search([1, 2, 10], 20)
+    assert ix.last_primed == 0
+    assert_same(got, ix.search([1, 2, 10], 20, exhaustive=True))
 
 
 @pytest.fixture(scope="module")
