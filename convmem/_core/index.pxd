@@ -78,6 +78,8 @@ cdef class SearchIndex:
     cdef readonly int64_t prune_density
     cdef readonly int64_t prune_min_postings
     # Pruned queries with at least this many postings are scored by two threads (IX_PAR_MIN).
+    # How many segments a flush merges at once (2; a bulk import raises it: _maybe_merge).
+    cdef public int64_t merge_factor
     cdef public int64_t parallel_min_postings  # (benchmarks set it: scorer_choice.py --par-min)
     # A pruned query scores the docs of its rarest groups first when they hold at most this many
     # postings (and 1/64 of the query's), so that its k-th score is known before the sweep

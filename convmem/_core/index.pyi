@@ -27,6 +27,7 @@ class SearchIndex:
     # its block's docs, not only the block's maximum (0: never)
     sparse_block_span: int
     impact_prime_blocks: int
+    merge_factor: int
     last_postings: int  # postings of the last search's query lists (0 in the twin)
     last_pruned: bool  # whether the last search used the pruned scorer
     last_parallel: bool  # whether it was split between two threads (30000+ postings)
@@ -115,6 +116,8 @@ class SearchIndex:
         doc_limit: int = -1,  # >= 0: only docs below it
         stats: tuple[int, Sequence[int], Sequence[int]] | None = None,  # an earlier last_stats
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64], npt.NDArray[np.float64]]: ...
+    @property
+    def n_segments(self) -> int: ...  # (0 in the twin)
     def merge_segments(self) -> None: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch

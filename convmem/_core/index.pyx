@@ -203,6 +203,7 @@ cdef class SearchIndex:
         self.prime_max_postings = IX_PRIME_MAX
         self.sparse_block_span = IX_SPARSE_SPAN
         self.impact_prime_blocks = IX_IMPACT_BLOCKS
+        self.merge_factor = 2
         self._lock = threading.RLock()
         self.last_pruned = False
         self.last_postings = 0
@@ -743,23 +744,32 @@ cdef class SearchIndex:
             cb[f] = self._b[f] / avgdl
 
     cdef int _maybe_merge(self) except -1:
-        """Merge the two newest segments while the older is not larger (counting live docs)."""
+        """Merge the two newest segments while the older is not larger (counting live docs);
+        with merge_factor F > 2, the F newest while the oldest of them holds at most twice the
+        newest's live docs (a bulk import: a posting is rewritten log_F of the flushes times,
+        not log_2, and its checkpoint merges what is left into one segment)."""
         cdef list segs = list(self._segs)
         cdef _Segment a, b, m
         cdef const uint8_t* meta = <const uint8_t*>self._meta.data
+        cdef int64_t F = max(self.merge_factor, 2)
         cdef double c0[3]
         cdef double cb[3]
         self._norm(c0, cb)
-        while len(segs) >= 2:
-            a = segs[len(segs) - 2]
+        while len(segs) >= F:
+            a = segs[len(segs) - F]
             b = segs[len(segs) - 1]
-            if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
+            if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (1 if F == 2 else 2) * (
+                    b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
                 break
-            m = _merge([a, b], meta, NULL, NULL, <const uint32_t*>self._lens.data, a.v.doc_lo,
-                       b.v.doc_hi, c0, cb)
-            segs = segs[:len(segs) - 2] + ([m] if _nonempty(m) else [])
+            m = _merge(segs[len(segs) - F:], meta, NULL, NULL, <const uint32_t*>self._lens.data,
+                       a.v.doc_lo, b.v.doc_hi, c0, cb)
+            segs = segs[:len(segs) - F] + ([m] if _nonempty(m) else [])
         self._set_segments(segs)
         return 0
+
+    @property
+    def n_segments(self) -> int:
+        return len(self._segs)
 
     def merge_segments(self) -> None:
         """Flush the buffer and merge everything into one segment, dropping dead docs."""

@@ -54,6 +54,9 @@ LEFTOVER_NAMES = (compaction.COMPACT_NAME, compaction.NEXT_SNAPSHOT_NAME,
                   compaction.NEXT_SNAPSHOT_NAME + ".tmp", SNAPSHOT_NAME + ".tmp",
                   CURSOR_KEY_NAME + ".tmp")
 _T = TypeVar("_T")
+# Segments the index merges at once during a bulk import (SearchIndex.merge_factor; 2 otherwise):
+# each posting is rewritten fewer times, and the import's checkpoint merges them into one.
+IMPORT_MERGE_FACTOR = 8
 
 
 class MemoryStore(RecallTools, TrashTools):
@@ -132,6 +135,8 @@ class MemoryStore(RecallTools, TrashTools):
         cyclic garbage collector is paused meanwhile too (gc_pause.py)."""
         with self._mutex:
             self._defer_snapshots += 1
+            if self._defer_snapshots == 1:
+                self._catalog.index.merge_factor = IMPORT_MERGE_FACTOR
         try:
             with gc_pause.paused():
                 yield
@@ -141,6 +146,8 @@ class MemoryStore(RecallTools, TrashTools):
             with self._mutex:
                 self._defer_snapshots -= 1
                 outermost = not self._defer_snapshots
+                if outermost:
+                    self._catalog.index.merge_factor = 2
                 if outermost and self._log is not None:
                     self._after_write()
         if outermost:  # (outside the lock: the batches' buffers are free now)

@@ -275,3 +275,18 @@ def test_deferring_snapshots_ends_with_its_block_even_on_an_error(store_dir: Pat
         # The block's end found a snapshot due (30 unsaved) and wrote it in the background.
         assert written == [30]
         assert s.get_system_health()["active_messages"] == 30
+        assert s._catalog.index.merge_factor == 2
+
+
+def test_a_bulk_import_merges_more_segments_at_once(store_dir: Path):
+    """Inside deferring_snapshots (a bulk import) the index merges IMPORT_MERGE_FACTOR segments
+    at once, nested blocks included; after the outermost, two again."""
+    from convmem.api.store import IMPORT_MERGE_FACTOR
+    assert IMPORT_MERGE_FACTOR == 8
+    with MemoryStore.open(store_dir) as s:
+        assert s._catalog.index.merge_factor == 2
+        with s.deferring_snapshots():
+            with s.deferring_snapshots():
+                assert s._catalog.index.merge_factor == 8
+            assert s._catalog.index.merge_factor == 8
+        assert s._catalog.index.merge_factor == 2

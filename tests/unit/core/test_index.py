@@ -664,6 +664,32 @@ def test_priming_with_the_highest_blocks_keeps_results(common_word_index) -> Non
     assert_same(got, ix.search([1, 2, 10], 20, exhaustive=True))
 
 
+def test_a_higher_merge_factor_merges_more_segments_at_once() -> None:
+    """merge_factor F > 2 (a bulk import) merges the F newest segments once the oldest of them
+    holds at most twice the newest's docs: more segments meanwhile, still bounded, the same
+    results as the twin's at every step and after merging them all."""
+    rng = np.random.default_rng(5)
+    docs = [(d, [int(x) for x in rng.integers(1, 300, int(rng.integers(1, 12)))], [], [], [],
+             d % 3, d % 6, d % 4, 50, d, d.to_bytes(16, "big")) for d in range(2048 * 40)]
+    most = {}
+    for factor in (2, 4):
+        ix, tw = compiled.SearchIndex(), twin.SearchIndex()
+        ix.merge_factor = factor
+        most[factor] = 0
+        for args in docs:
+            ix.add(*args)
+            tw.add(*args)
+            most[factor] = max(most[factor], ix.n_segments)
+            if args[0] % 20000 == 19999:
+                assert_same(ix.search([5, 7, 250], 10), tw.search([5, 7, 250], 10))
+        assert ix.n_segments >= 2
+        ix.merge_segments()
+        assert ix.n_segments == 1
+        assert_same(ix.search([5, 7, 250], 10), tw.search([5, 7, 250], 10))
+    assert most[2] <= 6                               # (40 flushes: a binary counter)
+    assert most[2] < most[4] <= 9                     # (three a tier: 1, 4 and 16 flushes)
+
+
 @pytest.fixture(scope="module")
 def sparse_index() -> tuple[compiled.SearchIndex, twin.SearchIndex]:
     """40000 docs, the terms 1 and 2 in most, 900 in 9 (one block) and 902 in 133 (two blocks
