@@ -561,6 +561,34 @@ def _rare_among_common_index(seed: int) -> tuple[compiled.SearchIndex, twin.Sear
     return ix, tw
 
 
+def _assert_priming_pays(ix, tw, queries, filters, settings: dict) -> None:
+    """Each query, k 1 and 20, each filter, one thread and two, with the priming settings at
+    their first values (on) and at their second (off): the same top k as exhaustive (and the
+    twin, when given); on primes docs, off none; on skips more windows and cuts fewer docs
+    (the k-th score known earlier)."""
+    seen = {}
+    for on in (True, False):
+        for name, (value_on, value_off) in settings.items():
+            setattr(ix, name, value_on if on else value_off)
+        for par in (10 ** 9, 0):
+            ix.parallel_min_postings = par
+            for q in queries:
+                for k in (1, 20):
+                    for kw in filters:
+                        got = ix.search(q, k, **kw)
+                        seen[on, par, str(q), k, str(kw)] = (
+                            ix.last_primed, ix.last_windows_skipped, ix.last_docs_skipped)
+                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+                        assert ix.last_primed == 0
+                        if tw is not None:
+                            assert_same(got, tw.search(q, k, **kw))
+    on = [v for key, v in seen.items() if key[0]]
+    off = [v for key, v in seen.items() if not key[0]]
+    assert all(n > 0 for n, _, _ in on) and all(n == 0 for n, _, _ in off)
+    assert sum(w for _, w, _ in on) > sum(w for _, w, _ in off)
+    assert sum(c for _, _, c in on) < sum(c for _, _, c in off)
+
+
 @pytest.mark.parametrize("seed", range(2))
 def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     """A query pairing rare words with common ones scores the rare words' docs first (_prime):
@@ -572,27 +600,11 @@ def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     ix._set_prune_density(0)
     queries = [[900, 1, 2], [1, 901, 2], [900, 901, 1], [2, 900]]
     filters = [{}, {"kind_mask": 0b000110}, {"session": 3}, {"min_importance": 40}]
-    primed = {}
-    for prime in (compiled.SearchIndex().prime_max_postings, 0):
-        for par in (10 ** 9, 0):
-            ix.prime_max_postings, ix.parallel_min_postings = prime, par
-            ix.impact_prime_blocks = 0 if prime == 0 else compiled.SearchIndex().impact_prime_blocks
-            for q in queries:
-                for k in (1, 20):
-                    for kw in filters:
-                        got = ix.search(q, k, **kw)
-                        primed[prime, par, str(q), k, str(kw)] = (
-                            ix.last_primed, ix.last_windows_skipped, ix.last_docs_skipped)
-                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
-                        assert ix.last_primed == 0
-                        assert_same(got, tw.search(q, k, **kw))
-    assert compiled.SearchIndex().prime_max_postings == 4096
-    on = [v for key, v in primed.items() if key[0] > 0]
-    off = [v for key, v in primed.items() if key[0] == 0]
-    assert all(n > 0 for n, _, _ in on) and all(n == 0 for n, _, _ in off)
-    # the k-th score known earlier: more windows skipped, fewer docs reached and cut
-    assert sum(w for _, w, _ in on) > sum(w for _, w, _ in off)
-    assert sum(c for _, _, c in on) < sum(c for _, _, c in off)
+    default = compiled.SearchIndex()
+    _assert_priming_pays(ix, tw, queries, filters, {
+        "prime_max_postings": (default.prime_max_postings, 0),
+        "impact_prime_blocks": (default.impact_prime_blocks, 0)})
+    assert default.prime_max_postings == 4096
     cjk = [uni(0x6771)]
     for d in range(12000, 12010):
         args = (d, [bi(0x6771, 0x4EAC)] * (1 + d % 2), [], [], [], 0, 0, 0, 50, d,
@@ -640,24 +652,9 @@ def test_priming_with_the_highest_blocks_keeps_results(common_word_index) -> Non
     ix._set_prune_density(0)
     ix.prime_max_postings = 0                         # (the rare groups' priming: tested above)
     filters = [{}, {"kind_mask": 0b000110}, {"min_importance": 60}, {"session": 2}]
-    seen = {}
-    for blocks in (compiled.SearchIndex().impact_prime_blocks, 0):
-        ix.impact_prime_blocks = blocks
-        for par in (10 ** 9, 0):
-            ix.parallel_min_postings = par
-            for q in ([1], [1, 2]):
-                for k in (1, 20):
-                    for kw in filters:
-                        got = ix.search(q, k, **kw)
-                        seen[blocks, par, str(q), k, str(kw)] = (
-                            ix.last_primed, ix.last_windows_skipped, ix.last_docs_skipped)
-                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+    _assert_priming_pays(ix, None, [[1], [1, 2]], filters, {
+        "impact_prime_blocks": (compiled.SearchIndex().impact_prime_blocks, 0)})
     assert compiled.SearchIndex().impact_prime_blocks == 32
-    on = [v for key, v in seen.items() if key[0] > 0]
-    off = [v for key, v in seen.items() if key[0] == 0]
-    assert all(n > 0 for n, _, _ in on) and all(n == 0 for n, _, _ in off)
-    assert sum(w for _, w, _ in on) > sum(w for _, w, _ in off)
-    assert sum(c for _, _, c in on) < sum(c for _, _, c in off)
     ix.impact_prime_blocks = 32
     got = ix.search([1, 2, 10], 20)
     assert ix.last_primed == 0
