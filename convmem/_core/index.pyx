@@ -54,8 +54,9 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
                                      FieldPostings, PList,
-                                     SegView, _block, _chains_segment, _cmp_u32,
+                                     SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
+                                     _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, lower_bound_u32)
@@ -88,12 +89,6 @@ LEAD_KEYS = IX_LEAD_KEYS
 cdef int64_t IX_PRUNE_DENSITY = 16
 cdef int64_t IX_PRUNE_MIN_POSTINGS = 3000
 PRUNE_MIN_POSTINGS = IX_PRUNE_MIN_POSTINGS
-
-
-cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
-    cdef uint64_t x = (<const uint64_t*>a)[0]
-    cdef uint64_t y = (<const uint64_t*>b)[0]
-    return (x > y) - (x < y)
 
 
 def _qlen_floor(uint32_t n) -> int:
@@ -744,27 +739,13 @@ cdef class SearchIndex:
             cb[f] = self._b[f] / avgdl
 
     cdef int _maybe_merge(self) except -1:
-        """Merge the two newest segments while the older is not larger (counting live docs);
-        with merge_factor F > 2, the F newest while the oldest of them holds at most twice the
-        newest's live docs (a bulk import: a posting is rewritten log_F of the flushes times,
-        not log_2, and its checkpoint merges what is left into one segment)."""
-        cdef list segs = list(self._segs)
-        cdef _Segment a, b, m
-        cdef const uint8_t* meta = <const uint8_t*>self._meta.data
-        cdef int64_t F = max(self.merge_factor, 2)
+        """After a flush: the merge policy (postings._merge_newest, merge_factor at a time)."""
         cdef double c0[3]
         cdef double cb[3]
         self._norm(c0, cb)
-        while len(segs) >= F:
-            a = segs[len(segs) - F]
-            b = segs[len(segs) - 1]
-            if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (1 if F == 2 else 2) * (
-                    b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
-                break
-            m = _merge(segs[len(segs) - F:], meta, NULL, NULL, <const uint32_t*>self._lens.data,
-                       a.v.doc_lo, b.v.doc_hi, c0, cb)
-            segs = segs[:len(segs) - F] + ([m] if _nonempty(m) else [])
-        self._set_segments(segs)
+        self._set_segments(_merge_newest(list(self._segs), max(self.merge_factor, 2),
+                                         <const uint8_t*>self._meta.data,
+                                         <const uint32_t*>self._lens.data, c0, cb))
         return 0
 
     @property

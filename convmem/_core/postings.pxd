@@ -148,6 +148,11 @@ cdef inline int _cmp_u32(const void* a, const void* b) noexcept nogil:
     cdef uint32_t y = (<const uint32_t*>b)[0]
     return (x > y) - (x < y)
 
+cdef inline int _cmp_u64(const void* a, const void* b) noexcept nogil:
+    cdef uint64_t x = (<const uint64_t*>a)[0]
+    cdef uint64_t y = (<const uint64_t*>b)[0]
+    return (x > y) - (x < y)
+
 
 cdef inline int64_t lower_bound_u32(const uint32_t* a, int64_t lo, int64_t n,
                                     uint32_t x) noexcept nogil:
@@ -500,6 +505,9 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
                      const double* cb)
+# The merge policy after a flush: the newest segments merged, F at a time (2 a binary counter).
+cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const uint32_t* lens,
+                        const double* c0, const double* cb)
 # Character lists of segment seg (every list is checked first: ValueError when one is damaged):
 # for each code point c of the CJK unigram and bigram keys (keys[0:T], by term id) whose group
 # (docs/SCORING.md "Term groups") has at least min_postings postings in seg, one list per field

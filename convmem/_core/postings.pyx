@@ -564,6 +564,26 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
 
 
 
+cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const uint32_t* lens,
+                        const double* c0, const double* cb):
+    """The merge policy after a flush (counting live docs): the two newest segments while the
+    older is not larger (F == 2, a binary counter: a posting is rewritten about log2 of the
+    flushes times); with F > 2 (a bulk import), the F newest while the oldest of them holds at
+    most twice the newest's (log_F times; its checkpoint merges what is left into one). The
+    slack of two is for F > 2 only: flushes vary in live docs, and without it a run of newer
+    segments each a little smaller than the one before would never merge."""
+    cdef _Segment a, b, m
+    while len(segs) >= F:
+        a = segs[len(segs) - F]
+        b = segs[len(segs) - 1]
+        if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (1 if F == 2 else 2) * (
+                b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
+            break
+        m = _merge(segs[len(segs) - F:], meta, NULL, NULL, lens, a.v.doc_lo, b.v.doc_hi, c0, cb)
+        segs = segs[:len(segs) - F] + ([m] if _nonempty(m) else [])
+    return segs
+
+
 cdef void _out_init_empty(FieldOut* o) noexcept nogil:
     garr_init(&o.terms, 1, 1)
     garr_init(&o.offsets, 1, 1)
@@ -641,12 +661,6 @@ cdef bint _nonempty(_Segment s) noexcept:
 
 
 # -- character lists (docs/SCORING.md "Storage")
-
-cdef int _cmp_u64(const void* a, const void* b) noexcept nogil:
-    cdef uint64_t x = (<const uint64_t*>a)[0]
-    cdef uint64_t y = (<const uint64_t*>b)[0]
-    return (x > y) - (x < y)
-
 
 cdef int64_t _cx_pairs(const uint64_t* keys, int64_t T, uint64_t* out) noexcept nogil:
     """(code point << 32 | term id) for each CJK unigram and each code point of each CJK bigram

@@ -30,7 +30,7 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
 from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID, Cursor, PList,
-                                     SegView, _block, _block_last, _cur_open,
+                                     SegView, _block, _block_last, _cmp_u32, _cur_open,
                                      _find_block, _seek)
 
 cdef double EPS = 1e-9          # relative margin of the pruning bounds (docs/SCORING.md)
@@ -762,12 +762,6 @@ cdef void _score_docs(Eng* e, const PList* lists, const uint32_t* cand, int64_t 
                     matched = True
             if matched:
                 _offer(e, a, d)
-
-
-cdef int _cmp_u32(const void* a, const void* b) noexcept nogil:
-    cdef uint32_t x = (<const uint32_t*>a)[0]
-    cdef uint32_t y = (<const uint32_t*>b)[0]
-    return (x > y) - (x < y)
 
 
 cdef int64_t _impact_list(const Query* q, const PList* L, int64_t per, uint32_t* buf,
