@@ -5,7 +5,7 @@
     python benchmarks/open_latency.py spawn --store DIR [--rounds 7] [--cold] [--query TEXT]
         [--checkout ROOT] [--base-store DIR --base-checkout ROOT] [--env K=V] [--base-env K=V]
     python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
-    python benchmarks/open_latency.py writes --store DIR [--count 400]
+    python benchmarks/open_latency.py writes --store DIR [--count 400] [--background-nice N]
     python benchmarks/open_latency.py first-write --store DIR [--rounds 3]
 
 `open`: each round is a fresh interpreter that imports convmem (timed apart), then times
@@ -45,7 +45,8 @@ p99, max. Also the index core alone (index.search on the query's keys) for the s
 on disk (a store that writes it in the background: every write meanwhile, snapshots again
 until at least `count` writes are measured: each snapshot is measured whole); beside each, the
 durability floor (a 1 KiB append + fdatasync in the same directory). trigger_write_ms: the
-triggering writes alone.
+triggering writes alone. `--background-nice 0` runs the snapshot's thread at the writers'
+priority (before 2026-12-05; convmem/store/background.py).
 
 `first-write`: a COPY of DIR; each round a fresh interpreter opens the copy, answers one
 search_messages, then times its first three write_message calls (1 KiB each) and counts the
@@ -339,6 +340,9 @@ def cmd_cjk(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
     from convmem import MemoryStore
+    from convmem.store import background
+    if args.background_nice is not None:
+        background.BACKGROUND_NICE = args.background_nice
     work = Path(tempfile.mkdtemp(prefix="cm-writes-", dir=args.tmp))
     store_dir = work / "store"
     try:
@@ -404,6 +408,7 @@ def cmd_writes(args: argparse.Namespace) -> dict[str, Any]:
                 "max_ms": max(v) * 1e3 if v else 0.0}
 
     return {"what": "writes", "store": str(args.store), "snapshots": snaps,
+            "background_nice": background.BACKGROUND_NICE,
             "snapshot_s": snap_s, "trigger_write_ms": [x * 1e3 for x in trigger_w], "quiet": {"write": summ(quiet_w), "floor": summ(quiet_f)},
             "during_snapshot": {"write": summ(during_w), "floor": summ(during_f)}}
 
@@ -453,6 +458,8 @@ def main() -> None:
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--count", type=int, default=400)
     p.add_argument("--tmp", default=None)
+    p.add_argument("--background-nice", type=int, default=None,
+                   help="the snapshot thread's added nice value (0: as the writers' threads)")
     p = sub.add_parser("first-write")
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=3)

@@ -252,10 +252,13 @@ def test_relay_latency(store: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cmd", [["open", "--rounds", "1"], ["cjk", "--repeat", "2"],
-                                 ["writes", "--count", "5"]])
+                                 ["writes", "--count", "5"],
+                                 ["writes", "--count", "5", "--background-nice", "0"]])
 def test_open_latency(store: Path, tmp_path: Path, cmd: list[str]) -> None:
     done = run("open_latency.py", cmd[0], "--store", str(store), *cmd[1:], data=tmp_path)
     assert '"machine"' in done.stdout
+    if "--background-nice" in cmd:
+        assert '"background_nice": 0' in done.stdout
 
 
 def test_open_latency_first_write_writes_to_a_copy(store: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import INTERNAL_ERROR, IO_ERROR, ConvMemError
+from ..store.background import background_thread
 from ..store.io import IoCounters
 from ..store.snapshot import write_snapshot
 
@@ -85,7 +86,7 @@ class SnapshotJob:
             self.index_sections = None
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.run, name="convmem-snapshot", daemon=True)
+        self._thread = background_thread(self.run, "convmem-snapshot")
         self._thread.start()
 
     def finished(self) -> bool:

@@ -18,6 +18,7 @@ from typing import Any
 from .._core import codec
 from ..catalog.catalog import Catalog, ReadRecord
 from ..errors import ConvMemError
+from .background import background_thread
 from .logfile import LogFile
 from .snapshot import (SNAPSHOT_NAME, Deferred, Expected, SnapshotError, SnapshotVersionError, read_snapshot,
                        snapshot_size, verify_deferred)
@@ -248,7 +249,7 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
             if still_current():
                 apply(*result)
 
-    thread = threading.Thread(target=verify, name="convmem-verify", daemon=True)
+    thread = background_thread(verify, "convmem-verify")
     thread.start()
     return Verification(thread, cancelled)
 

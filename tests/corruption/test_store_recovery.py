@@ -241,9 +241,15 @@ def test_second_process_gets_busy_with_pid(tmp_path):
 
 
 def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeypatch):
-    from convmem.store import recovery
+    import threading
+
+    from convmem.store import background, recovery
 
     monkeypatch.setattr(recovery, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    lowered: list[str] = []  # (the pass gives way to the threads that answer: background.py)
+    real_lower = background.lower_this_thread
+    monkeypatch.setattr(background, "lower_this_thread",
+                        lambda: (lowered.append(threading.current_thread().name), real_lower())[1])
     make_store(tmp_path, keep_snapshot=True)
     off, length = records(tmp_path)[1]
     data = (tmp_path / LOG).read_bytes()
@@ -255,6 +261,7 @@ def test_background_verification_of_a_large_log_reports_damage(tmp_path, monkeyp
         h = s.get_system_health()
         assert h["status"] == "DEGRADED" and f"byte offset {off}" in h["last_error"]
         assert live_contents(s) == ["message number 0", "message number 2"]
+        assert lowered == ["convmem-verify"]
     finally:
         s.close()
 

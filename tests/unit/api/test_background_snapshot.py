@@ -3,6 +3,8 @@ takes the state and returns; the file is written by a thread of its own, and wri
 health go on meanwhile. No timing thresholds: a slow write_snapshot held at a barrier."""
 from __future__ import annotations
 
+import os
+import sys
 import threading
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from convmem import MemoryStore
 from convmem.api import snapshots as snapshots_module
+from convmem.store import background
 from convmem.store.snapshot import SNAPSHOT_NAME, read_snapshot
 
 EVERY = 10
@@ -290,3 +293,42 @@ def test_a_bulk_import_merges_more_segments_at_once(store_dir: Path):
                 assert s._catalog.index.merge_factor == 8
             assert s._catalog.index.merge_factor == 8
         assert s._catalog.index.merge_factor == 2
+
+
+def _nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
+def test_the_snapshot_thread_runs_below_the_writers_priority(store_dir: Path, held: HeldWrite,
+                                                             monkeypatch):
+    # The merge and the file write share the CPU with the writes' threads; at a lower priority
+    # they give way when a flush wakes (convmem/store/background.py).
+    seen: list[int] = []
+    real = held.real
+    monkeypatch.setattr(held, "real", lambda *a: (seen.append(_nice()), real(*a))[1])
+    before = _nice()
+    s = MemoryStore.open(store_dir)
+    try:
+        for i in range(EVERY):
+            write(s, i)
+        held.release.set()
+        settle(s)
+    finally:
+        s.close()
+    assert seen == [min(19, before + background.BACKGROUND_NICE)]
+    assert before < 19 and seen[0] > before
+    assert _nice() == before  # the writers' thread keeps its own
+
+
+def test_a_thread_that_may_not_lower_itself_still_runs(monkeypatch):
+    def refuse(*_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    ran = threading.Event()
+    thread = background.background_thread(ran.set, "convmem-test")
+    thread.start()
+    thread.join(5)
+    assert ran.is_set()
+    assert background.lower_this_thread() is False
