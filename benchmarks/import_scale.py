@@ -5,7 +5,11 @@ with one of its levers undone, side by side. Modes:
   (Catalog.apply_new_batch(settle_later=True));
 - `on`: the collector left running;
 - `serial`: each batch indexed (still on its thread, beside the batch's other structures)
-  before the import reads the next one, as before the pipeline.
+  before the import reads the next one, as before the pipeline;
+- `cli`: the command a user runs, `convmem import --data-dir STORE corpus.jsonl` (the JSON Lines
+  importer: orjson, ids derived from the lines, existing ids compared), timed as a whole
+  process: its import_s holds the interpreter's start and the close with its final snapshot
+  (close_s and gc_s are not measured apart: null).
 
 Each round runs one fresh child process a mode, alternating, so that both see the same machine
 noise; each imports the cached corpus of `--messages` (generated first if missing) into an empty
@@ -16,6 +20,7 @@ the ratio are printed as JSON.
     python benchmarks/import_scale.py --messages 1000000 --rounds 2
     python benchmarks/import_scale.py --messages 1000000 --rounds 2 --modes paused,serial
     python benchmarks/import_scale.py --messages 10000000 --rounds 1 --modes paused
+    python benchmarks/import_scale.py --messages 10000000 --rounds 1 --modes cli
 
 With two modes, `ratio` is the first's import time over the second's (medians).
 """
@@ -29,11 +34,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import _paths
 
-MODES = ("paused", "on", "serial")
+MODES = ("paused", "on", "serial", "cli")
 
 CHILD = r"""
 import contextlib, gc, json, resource, sys, time
@@ -78,6 +84,8 @@ def run_child(src: Path, tmp: Path, mode: str) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(_paths.HERE),
                                                        _paths.convmem_pythonpath()]))
     try:
+        if mode == "cli":
+            return run_cli(src, store_dir, env)
         out = subprocess.run([sys.executable, "-c", CHILD, str(src), str(store_dir), mode],
                              env=env, capture_output=True, text=True, check=True).stdout
     finally:
@@ -85,13 +93,32 @@ def run_child(src: Path, tmp: Path, mode: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
+def run_cli(src: Path, store_dir: Path, env: dict[str, str]) -> dict:
+    """`convmem import` as a process of its own: wall time from spawn to exit, its rusage."""
+    cmd = [sys.executable, "-m", "convmem", "import", "--data-dir", str(store_dir / "s"), str(src)]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    if proc.returncode != 0:
+        raise SystemExit(f"convmem import failed ({proc.returncode}): {err.decode()[-2000:]}")
+    n = int(out.decode().split("imported ")[1].split()[0])
+    return {"messages": n, "import_s": wall, "close_s": None, "gc_s": None,
+            "rss_peak_mb": usage.ru_maxrss / 1024, "minor_faults": usage.ru_minflt}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     import corpus
     corpus.add_run_options(ap, "where the stores go (default: the benchmark data directory)")
-    ap.add_argument("--modes", default="paused,on", help="a comma list of paused (the product), on "
-                    "and serial; default paused,on")
+    ap.add_argument("--modes", default="paused,on", help="a comma list of paused (the product's "
+                    "import_messages), on, serial and cli (the convmem import command); "
+                    "default paused,on")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if not modes or any(m not in MODES for m in modes):
@@ -104,14 +131,16 @@ def main() -> None:
         for m in modes:
             res = run_child(src, tmp, m)
             runs[m].append(res)
-            print(f"round {r + 1} {m}: import {res['import_s']:.1f} s, gc {res['gc_s']:.2f} s, "
-                  f"close {res['close_s']:.1f} s, RSS peak {res['rss_peak_mb']:.0f} MB, "
-                  f"{res['minor_faults']} minor faults",
+            parts = "" if m == "cli" else (f", gc {res['gc_s']:.2f} s, "
+                                            f"close {res['close_s']:.1f} s")
+            print(f"round {r + 1} {m}: import {res['import_s']:.1f} s{parts}, RSS peak "
+                  f"{res['rss_peak_mb']:.0f} MB, {res['minor_faults']} minor faults",
                   file=sys.stderr)
     summary: dict = {"messages": args.messages, "rounds": args.rounds, "commit": _paths.commit(),
                      "modes": {}}
     for m, rs in runs.items():
-        summary["modes"][m] = {k: statistics.median(x[k] for x in rs)
+        summary["modes"][m] = {k: (statistics.median(x[k] for x in rs) if rs[0][k] is not None
+                                   else None)
                                for k in ("import_s", "close_s", "gc_s", "rss_peak_mb")}
         summary["modes"][m]["runs"] = rs
     if len(modes) == 2:

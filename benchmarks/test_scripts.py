@@ -187,6 +187,10 @@ def test_import_scale(tmp_path: Path) -> None:
     serial = json.loads(run("import_scale.py", "--messages", "300", "--modes", "serial",
                             data=tmp_path).stdout)
     assert serial["modes"]["serial"]["runs"][0]["messages"] == 300
+    cli = json.loads(run("import_scale.py", "--messages", "300", "--modes", "cli,paused",
+                         data=tmp_path).stdout)
+    assert cli["modes"]["cli"]["runs"][0]["messages"] == 300  # (as the command reported it)
+    assert cli["modes"]["cli"]["close_s"] is None and cli["modes"]["cli"]["rss_peak_mb"] > 10
     assert run("import_scale.py", "--modes", "off", data=tmp_path, ok=False).returncode == 2
 
 
