@@ -198,6 +198,20 @@ def parallel_anchors(name: str) -> set[str]:
     return ja & {s.anchor for _, s in _query_sections(_set_sections("en", name))}
 
 
+def coverage(queries: list[tuple[str, int]], docs: list[str]) -> dict[str, float]:
+    """How much of a query its right section holds, by the analyzer's keys (query_keys against
+    the section's token_keys): the mean share of a query's keys found there, and the share of
+    queries all of whose keys are. What no ranking can recover: a heading translated in other
+    words than its section's text."""
+    shares = []
+    for query, want in queries:
+        keys = set(pt.query_keys(query).tolist())
+        found = keys & set(pt.token_keys(docs[want]).tolist())
+        shares.append(len(found) / len(keys) if keys else 0.0)
+    return {"mean_key_share": round(float(np.mean(shares)), 3),
+            "all_keys_share": round(sum(1 for x in shares if x == 1.0) / len(shares), 3)}
+
+
 def untranslated(queries: list[tuple[str, int]], docs: list[str]) -> int:
     """How many queries' sections have less than TRANSLATED CJK letters."""
     return sum(1 for _, i in queries if cjk_share(docs[i]) < TRANSLATED)
@@ -371,9 +385,12 @@ def main() -> None:
     pooled: dict[str, list[float]] = {}
     for lang in args.lang.split(","):
         docs, queries = dataset(lang, args.set, args.translated)
+        cov = coverage(queries, docs)
+        results.setdefault(lang, {})["coverage"] = cov
         print(f"{args.set} {lang}: {len(docs)} sections, {len(queries)} queries"
-              + (f" ({untranslated(queries, docs)} untranslated)" if lang == "ja" else ""),
-              flush=True)
+              + (f" ({untranslated(queries, docs)} untranslated)" if lang == "ja" else "")
+              + f"; the right section holds {cov['mean_key_share']:.3f} of a query's keys,"
+              f" all of them for {cov['all_keys_share']:.3f} of the queries", flush=True)
         engines: list[tuple[str, Any]] = []
         work = Path(tempfile.mkdtemp(prefix="ranking_quality_"))
         try:

@@ -297,6 +297,15 @@ def test_ranking_quality(tmp_path: Path) -> None:
     assert "mrr" in done.stdout.lower()
 
 
+def test_ranking_quality_coverage_counts_the_query_keys_the_answer_holds() -> None:
+    import ranking_quality
+    docs = ["deploying the server today", "東京の天気", "nothing here"]
+    cov = ranking_quality.coverage([("deploy server", 0), ("東京", 1), ("missing words", 2),
+                                    ("nothing missing", 2)], docs)
+    # deploy (the stem of deploying) and server: all; 東京: all; none; one of two.
+    assert cov == {"mean_key_share": round((1 + 1 + 0 + 0.5) / 4, 3), "all_keys_share": 0.5}
+
+
 def test_ranking_quality_translated_set(tmp_path: Path) -> None:
     """`--translated` asks the same known items in both languages, none of them untranslated."""
     if not Path("/usr/share/doc/maint-guide-ja/html").is_dir():
