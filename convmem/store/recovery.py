@@ -9,6 +9,7 @@ holds records whose checksum was checked, and every later read checks it again.
 from __future__ import annotations
 
 import logging
+import mmap
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -192,18 +193,69 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
     return applied
 
 
+# The log is scanned this much at a time (a record is at most 16 MiB and 20 bytes of header, so
+# a window always holds the next record whole): what a scan keeps per record stays bounded, and
+# the pages behind it leave the process. Scanned whole, at 10M messages (7.2 GB of log) the
+# background pass held 9 GB of the log's pages and 0.2 GB of record offsets at its peak.
+SCAN_WINDOW_BYTES = 64 * 1024 * 1024
+assert SCAN_WINDOW_BYTES > codec.RECORD_HEADER_SIZE + codec.MAX_PAYLOAD
+_TORN = (codec.TRUNCATED_HEADER, codec.TRUNCATED_PAYLOAD)
+
+
 def find_damage(mm: Any, end: int) -> list[Damage]:
     """(start, end, reason) of each damaged stretch of log[header:end]."""
     found = []
     pos = codec.LOG_HEADER_SIZE
     while pos < end:
-        res = codec.scan_log(mm, pos, end)
-        if res.error is None:
+        stop, error, resync = scan_windowed(mm, pos, end)
+        if error is None:
             break
-        nxt = res.resync if res.resync >= 0 else end
-        found.append((res.stop, nxt, res.error))
+        nxt = resync if resync >= 0 else end
+        found.append((stop, nxt, error))
         pos = nxt
     return found
+
+
+def scan_windowed(mm: mmap.mmap, pos: int, end: int) -> tuple[int, str | None, int]:
+    """(stop, error, resync) of codec.scan_log(mm, pos, end), read SCAN_WINDOW_BYTES at a time,
+    each window's pages dropped from the map once walked (the file keeps them; a read-only map
+    faults them in again if touched). Where a window ends inside a record, the next one starts
+    at that record (twice as long if it held no whole record: a length field damaged into a
+    record longer than the window). An error found inside a window is taken again by one scan_log from the last
+    record before the window to `end`, which sees what a single scan would: the same record
+    checks, the sequence compared with the record before, the same resync."""
+    last = -1      # the offset of the last record walked in an earlier window
+    last_seq = 0
+    window = SCAN_WINDOW_BYTES
+    while True:
+        hi = min(end, pos + window)
+        res = codec.scan_log(mm, pos, hi)
+        seq_broken = last >= 0 and len(res.seqs) > 0 and int(res.seqs[0]) <= last_seq
+        torn_at_window_end = res.error in _TORN and hi < end
+        if seq_broken or (res.error is not None and not torn_at_window_end):
+            res = codec.scan_log(mm, last if last >= 0 else pos, end)
+            return res.stop, res.error, res.resync
+        if res.stop == pos and res.error is not None:  # (a record longer than the window)
+            window *= 2
+            continue
+        window = SCAN_WINDOW_BYTES
+        if len(res.offsets):
+            last, last_seq = int(res.offsets[-1]), int(res.seqs[-1])
+        _drop_pages(mm, pos, res.stop)
+        if res.error is None and hi == end:
+            return res.stop, None, -1
+        pos = res.stop  # (the start of the record the window cut, or hi)
+
+
+def _drop_pages(mm: mmap.mmap, lo: int, hi: int) -> None:
+    """Drop the whole pages of mm[lo:hi] from the process (MADV_DONTNEED: a read-only map of the
+    file reads them from the page cache again if touched)."""
+    start = lo - lo % mmap.PAGESIZE
+    if isinstance(mm, mmap.mmap) and hi - start >= mmap.PAGESIZE and hasattr(mmap, "MADV_DONTNEED"):
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, start, hi - start)
+        except (OSError, ValueError):
+            pass  # (only the memory figure is at stake)
 
 
 # -- verification of what the snapshot stood in for -------------------------------------------
@@ -227,7 +279,7 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
 
     def check() -> VerifyResult:
         try:
-            bad = verify_deferred(deferred)
+            bad = verify_deferred(deferred, drop_pages=True)
             return bad, (find_damage(mm, end) if mm is not None and bad is None else [])
         finally:
             if mm is not None:

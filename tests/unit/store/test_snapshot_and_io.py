@@ -198,3 +198,53 @@ def test_a_growable_section_at_the_end_of_the_file_has_only_the_room_the_file_ha
     assert len(room) == len(big)  # no room past the end of the file (that would fault)
     room[:] = 1  # every byte of it writable
     assert read_snapshot(path)[1]["big"][0] == 0
+
+
+def _resident_kib(path: Path) -> int:
+    """Resident KiB of this process's maps of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                inside = line.rstrip().endswith(str(path))
+            elif inside and head == "Rss:":
+                total += int(line.split()[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps")
+@pytest.mark.parametrize("fmt", [3, 2])
+def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
+        tmp_path, monkeypatch, fmt):
+    """verify_deferred(drop_pages=True), the pass after an open: a section is hashed a piece at
+    a time, as one hash of the whole (xxh3 and format 2's crc32), and the pages it read leave
+    the process; the arrays over them read the same bytes afterwards."""
+    from convmem.store import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "DROP_PIECE_BYTES", 64 * 1024)
+    big = np.arange(2_000_000, dtype=np.uint32)  # 8 MB: 122 pieces
+    path = tmp_path / "snap"
+    write_snapshot(path, {"n": 1}, {"big": big, "ts": np.arange(3, dtype=np.int64)}, IoCounters())
+    if fmt == 2:
+        as_format_2(path)
+
+    def deferring(deferred: list):
+        return lambda n, v, c: n == "big" and not deferred.append((n, v, c))
+
+    deferred: list = []
+    _, arrays = read_snapshot(path, defer=deferring(deferred))
+    assert int(arrays["big"].sum(dtype=np.int64)) == int(big.sum(dtype=np.int64))  # all read in
+    before = _resident_kib(path)
+    assert before >= 7800
+    assert verify_deferred(deferred, drop_pages=True) is None
+    assert _resident_kib(path) < before - 7500
+    assert np.array_equal(arrays["big"], big)
+    del arrays, deferred
+    meta, _ = read_snapshot(path)
+    entry = next(s for s in meta["sections"] if s["name"] == "big")
+    _flip(path, entry["offset"] + entry["nbytes"] - 3)  # in the last piece
+    deferred = []
+    read_snapshot(path, defer=deferring(deferred))
+    assert verify_deferred(deferred, drop_pages=True) == "big"
+    assert verify_deferred(deferred) == "big"
