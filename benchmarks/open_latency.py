@@ -6,6 +6,7 @@
         [--checkout ROOT] [--base-store DIR --base-checkout ROOT] [--env K=V] [--base-env K=V]
     python benchmarks/open_latency.py cjk --store DIR [--repeat 300]
     python benchmarks/open_latency.py writes --store DIR [--count 400] [--background-nice N]
+    python benchmarks/open_latency.py rss --store DIR [--seconds 30]
     python benchmarks/open_latency.py first-write --store DIR [--rounds 3]
 
 `open`: each round is a fresh interpreter that imports convmem (timed apart), then times
@@ -47,6 +48,11 @@ until at least `count` writes are measured: each snapshot is measured whole); be
 durability floor (a 1 KiB append + fdatasync in the same directory). trigger_write_ms: the
 triggering writes alone. `--background-nice 0` runs the snapshot's thread at the writers'
 priority (before 2026-12-05; convmem/store/background.py).
+
+`rss`: a fresh process opens DIR, answers the query set's first query, then one query every
+20 ms for `seconds` (30; the verification a large store runs in the background from a second
+after the open included): its RSS (anonymous and file-backed, /proc/self/status) after the
+open, after the first query and at the end, its peak (VmHWM), and when the verification ended.
 
 `first-write`: a COPY of DIR; each round a fresh interpreter opens the copy, answers one
 search_messages, then times its first three write_message calls (1 KiB each) and counts the
@@ -112,6 +118,56 @@ print(json.dumps({"first_write_ms": writes[0] * 1e3, "second_write_ms": writes[1
                   "third_write_ms": writes[2] * 1e3, "first_write_minor_faults": faults}))
 s.close()
 """
+
+
+RSS_CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[3])
+import corpus
+from convmem import MemoryStore
+
+def status():
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key = line.split(":")[0]
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(line.split()[1]) / 1024
+    return out
+
+seconds = float(sys.argv[2])
+t0 = time.perf_counter()
+s = MemoryStore.open(sys.argv[1])
+after_open = status()
+n = int(s.get_system_health()["active_messages"])
+queries = corpus.make_queries(200, 1, max(n, 1))
+s.search_messages(**queries[0])
+after_first = status()
+verified_s, i = None, 0
+while time.perf_counter() - t0 < seconds:
+    s.search_messages(**queries[i % len(queries)])
+    i += 1
+    v = s._verifier
+    if verified_s is None and (v is None or not v._thread.is_alive()):
+        verified_s = time.perf_counter() - t0
+    time.sleep(0.02)
+end = status()
+print(json.dumps({"messages": n, "queries": i + 1, "after_open": after_open,
+                  "after_first_query": after_first, "end": end,
+                  "peak_mb": end["VmHWM"], "verified_s": verified_s}))
+s.close()
+"""
+
+
+def cmd_rss(args: argparse.Namespace) -> dict[str, Any]:
+    """A fresh process on the store: its RSS after the open, after the first query, and after
+    `seconds` of queries (the background verification after the open included), with its peak."""
+    out = subprocess.run([sys.executable, "-c", RSS_CHILD, str(args.store), str(args.seconds),
+                          str(HERE)], env=child_env(None), capture_output=True, text=True,
+                         check=True).stdout
+    res = json.loads(out.strip().splitlines()[-1])
+    res.update({"what": "rss", "store": str(args.store), "seconds": args.seconds})
+    return res
 
 
 def evict(store: Path) -> None:
@@ -460,6 +516,9 @@ def main() -> None:
     p.add_argument("--tmp", default=None)
     p.add_argument("--background-nice", type=int, default=None,
                    help="the snapshot thread's added nice value (0: as the writers' threads)")
+    p = sub.add_parser("rss")
+    p.add_argument("--store", type=Path, required=True)
+    p.add_argument("--seconds", type=float, default=30.0)
     p = sub.add_parser("first-write")
     p.add_argument("--store", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=3)
@@ -472,7 +531,7 @@ def main() -> None:
     if args.cmd != "spawn":  # (spawn takes a missing directory for the empty store)
         _results.existing_store(args.store)  # a missing directory is an error, not an empty store
     res = {"open": cmd_open, "spawn": cmd_spawn, "cjk": cmd_cjk, "writes": cmd_writes,
-           "first-write": cmd_first_write}[args.cmd](args)
+           "first-write": cmd_first_write, "rss": cmd_rss}[args.cmd](args)
     res["machine"] = _results.machine_info()
     line = json.dumps(res, ensure_ascii=False)
     print(line)

@@ -257,12 +257,17 @@ def test_relay_latency(store: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("cmd", [["open", "--rounds", "1"], ["cjk", "--repeat", "2"],
                                  ["writes", "--count", "5"],
-                                 ["writes", "--count", "5", "--background-nice", "0"]])
+                                 ["writes", "--count", "5", "--background-nice", "0"],
+                                 ["rss", "--seconds", "0.5"]])
 def test_open_latency(store: Path, tmp_path: Path, cmd: list[str]) -> None:
     done = run("open_latency.py", cmd[0], "--store", str(store), *cmd[1:], data=tmp_path)
     assert '"machine"' in done.stdout
     if "--background-nice" in cmd:
         assert '"background_nice": 0' in done.stdout
+    if cmd[0] == "rss":
+        res = json.loads(done.stdout.strip().splitlines()[-1])
+        assert res["messages"] == STORE_SIZE and res["queries"] >= 2
+        assert res["peak_mb"] >= res["after_open"]["VmRSS"] > 0
 
 
 def test_open_latency_first_write_writes_to_a_copy(store: Path, tmp_path: Path) -> None:

@@ -148,43 +148,48 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
     if progress:
         # (at warning level: the default, so that a long re-index at open is seen on stderr)
         log.warning("indexing the log (%.0f MiB)...", total / 2**20)
+
+    def apply(records: Records) -> None:
+        nonlocal applied, next_report
+        offsets, types, seqs, lengths = records
+        for off, rtype, seq, plen in zip(offsets.tolist(), types.tolist(), seqs.tolist(),
+                                         lengths.tolist()):
+            flen = header + plen
+            if off >= next_report:
+                done = off - start
+                log.warning("indexing the log: %d%%", 100 * done // total)
+                next_report = off + total // 10
+            if seq <= catalog.last_seq:
+                findings.damage(off, "sequence number does not increase", flen)
+                continue
+            try:
+                if rtype == codec.REC_MESSAGE:
+                    catalog.apply_message(codec.decode_message(mm, off + header, plen), off, flen)
+                else:
+                    catalog.apply_delete(codec.decode_delete(mm, off + header, plen), seq=seq)
+            except codec.CorruptRecord as exc:
+                findings.damage(off, exc.reason, flen)
+                continue
+            catalog.last_seq = seq
+            catalog.last_record_offset = off
+            applied += 1
+
     try:
         pos = start
         while pos < logfile.size:
-            res = codec.scan_log(mm, pos, logfile.size)
-            for off, rtype, seq, plen in zip(res.offsets.tolist(), res.types.tolist(),
-                                             res.seqs.tolist(), res.lengths.tolist()):
-                flen = header + plen
-                if off >= next_report:
-                    done = off - start
-                    log.warning("indexing the log: %d%%", 100 * done // total)
-                    next_report = off + total // 10
-                if seq <= catalog.last_seq:
-                    findings.damage(off, "sequence number does not increase", flen)
-                    continue
-                try:
-                    if rtype == codec.REC_MESSAGE:
-                        catalog.apply_message(codec.decode_message(mm, off + header, plen), off, flen)
-                    else:
-                        catalog.apply_delete(codec.decode_delete(mm, off + header, plen), seq=seq)
-                except codec.CorruptRecord as exc:
-                    findings.damage(off, exc.reason, flen)
-                    continue
-                catalog.last_seq = seq
-                catalog.last_record_offset = off
-                applied += 1
-            if res.error is None:
+            # (a window at a time: the records' offsets and the log's pages stay bounded)
+            stop, error, resync = scan_windowed(mm, pos, logfile.size, apply)
+            if error is None:
                 break
-            if res.resync < 0:
+            if resync < 0:
                 # Nothing valid follows: a torn tail left by a crash. Cut it off durably.
-                del mm
-                mm = None
-                logfile.truncate(res.stop)
+                mm = None  # (the map goes before the cut)
+                logfile.truncate(stop)
                 findings.recovered_tail = True
-                log.warning("log: torn tail at byte offset %d truncated (%s)", res.stop, res.error)
+                log.warning("log: torn tail at byte offset %d truncated (%s)", stop, error)
                 break
-            findings.damage(res.stop, res.error, res.resync - res.stop)
-            pos = res.resync
+            findings.damage(stop, error, resync - stop)
+            pos = resync
     finally:
         if mm is not None:
             mm.close()
@@ -216,14 +221,20 @@ def find_damage(mm: Any, end: int) -> list[Damage]:
     return found
 
 
-def scan_windowed(mm: mmap.mmap, pos: int, end: int) -> tuple[int, str | None, int]:
+Records = tuple[Any, Any, Any, Any]  # (offsets, types, seqs, lengths) of valid records, in order
+
+
+def scan_windowed(mm: mmap.mmap, pos: int, end: int,
+                  on_records: Callable[[Records], None] | None = None,
+                  ) -> tuple[int, str | None, int]:
     """(stop, error, resync) of codec.scan_log(mm, pos, end), read SCAN_WINDOW_BYTES at a time,
     each window's pages dropped from the map once walked (the file keeps them; a read-only map
-    faults them in again if touched). Where a window ends inside a record, the next one starts
-    at that record (twice as long if it held no whole record: a length field damaged into a
-    record longer than the window). An error found inside a window is taken again by one scan_log from the last
-    record before the window to `end`, which sees what a single scan would: the same record
-    checks, the sequence compared with the record before, the same resync."""
+    faults them in again if touched); `on_records` gets the valid records a window at a time,
+    each record once, in order. Where a window ends inside a record, the next one starts at
+    that record (twice as long if it held no whole record: a length field damaged into a record
+    longer than the window). An error found inside a window is taken again by one scan_log from
+    the last record before the window to `end`, which sees what a single scan would: the same
+    record checks, the sequence compared with the record before, the same resync."""
     last = -1      # the offset of the last record walked in an earlier window
     last_seq = 0
     window = SCAN_WINDOW_BYTES
@@ -234,13 +245,19 @@ def scan_windowed(mm: mmap.mmap, pos: int, end: int) -> tuple[int, str | None, i
         torn_at_window_end = res.error in _TORN and hi < end
         if seq_broken or (res.error is not None and not torn_at_window_end):
             res = codec.scan_log(mm, last if last >= 0 else pos, end)
+            if on_records is not None:
+                skip = 1 if last >= 0 else 0  # (the record at `last` was given before)
+                on_records((res.offsets[skip:], res.types[skip:], res.seqs[skip:],
+                            res.lengths[skip:]))
             return res.stop, res.error, res.resync
-        if res.stop == pos and res.error is not None:  # (a record longer than the window)
+        if res.stop == pos and res.error is not None:
             window *= 2
             continue
         window = SCAN_WINDOW_BYTES
         if len(res.offsets):
             last, last_seq = int(res.offsets[-1]), int(res.seqs[-1])
+            if on_records is not None:
+                on_records((res.offsets, res.types, res.seqs, res.lengths))
         _drop_pages(mm, pos, res.stop)
         if res.error is None and hi == end:
             return res.stop, None, -1

@@ -542,3 +542,51 @@ def test_the_log_scanned_in_windows_finds_what_one_scan_finds(tmp_path, monkeypa
         assert got == want, (kind, at)
         checked += bool(want)
     assert checked > 60  # (most cases are damage: the comparison is not of empty lists)
+
+
+@pytest.mark.parametrize("damage", ["flip", "seq", "torn"])
+def test_a_replay_in_windows_applies_what_a_replay_in_one_scan_applies(tmp_path, monkeypatch,
+                                                                        damage):
+    """Replay (an open without a usable snapshot) walks the log a window at a time: with windows
+    a few records long, the same messages are live, the same damage reported, the same torn
+    tail cut, as with one window over the whole log."""
+    import shutil
+
+    from convmem.store import recovery
+
+    src = tmp_path / "src"
+    with MemoryStore.open(src) as s:
+        for i in range(150):
+            s.write_message(session_id="s", role="user", content=f"message number {i} " + "x" * (i % 37))
+        for i in range(0, 150, 11):
+            ids = [m["message_id"] for m in s.read_messages(session_id="s")["history"]]
+            s.delete_message(message_id=ids[i % len(ids)])
+    (src / SNAP).unlink()
+    recs = records(src)
+    data = (src / LOG).read_bytes()
+    if damage == "flip":
+        off, length = recs[77]
+        patch(src, off + length - 3, bytes([data[off + length - 3] ^ 0x55]))
+    elif damage == "seq":  # record 90 takes record 89's sequence number
+        off89, off90 = recs[89][0], recs[90][0]
+        patch(src, off90 + 12, data[off89 + 12:off89 + 20])
+        frame = bytearray((src / LOG).read_bytes()[off90:off90 + recs[90][1]])
+        struct.pack_into("<I", frame, 0, zlib.crc32(bytes(frame[4:])))
+        patch(src, off90, bytes(frame[:4]))
+    else:
+        os.truncate(src / LOG, recs[-1][0] + 7)
+    seen = {}
+    for window in (1 << 26, 2048):
+        monkeypatch.setattr(recovery, "SCAN_WINDOW_BYTES", window)
+        work = tmp_path / f"w{window}"
+        shutil.copytree(src, work)
+        with MemoryStore.open(work) as s:
+            h = s.get_system_health()
+            seen[window] = (live_contents(s), h["status"], h["last_error"], s.recovered_tail,
+                            (work / LOG).stat().st_size)
+    assert seen[2048] == seen[1 << 26]
+    contents, status, last_error, torn, _ = seen[2048]
+    assert len(contents) > 50  # (a page of them)
+    assert (status, torn) == (("OK", True) if damage == "torn" else ("DEGRADED", False))
+    if damage == "seq":
+        assert "sequence" in last_error
