@@ -20,6 +20,7 @@ from ..errors import IO_ERROR, ConvMemError
 from .cursor_key import CURSOR_KEY_NAME
 from .io import IoCounters, prepare_data_dir, write_file_atomically
 from .logfile import LOG_NAME, LogFile
+from .recovery import Records, scan_windowed
 from .snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, write_snapshot
 
 _COPY_CHUNK = 1 << 20
@@ -34,13 +35,17 @@ def verify(directory: Path, logfile: LogFile) -> dict[str, Any]:
     if mm is not None:
         try:
             pos = codec.LOG_HEADER_SIZE
-            while pos < end:
-                res = codec.scan_log(mm, pos, end)
-                records += len(res.offsets)
-                if res.error is None:
+
+            def count(found: Records) -> None:
+                nonlocal records
+                records += len(found[0])
+
+            while pos < end:  # (a window at a time: recovery.scan_windowed)
+                stop, error, resync = scan_windowed(mm, pos, end, count)
+                if error is None:
                     break
-                nxt = res.resync if res.resync >= 0 else end
-                damage.append({"offset": res.stop, "bytes": nxt - res.stop, "reason": res.error})
+                nxt = resync if resync >= 0 else end
+                damage.append({"offset": stop, "bytes": nxt - stop, "reason": error})
                 pos = nxt
         finally:
             mm.close()

@@ -575,17 +575,28 @@ def test_a_replay_in_windows_applies_what_a_replay_in_one_scan_applies(tmp_path,
         patch(src, off90, bytes(frame[:4]))
     else:
         os.truncate(src / LOG, recs[-1][0] + 7)
+    from convmem.store import maintenance
+    from convmem.store.io import IoCounters
+    from convmem.store.logfile import LogFile
+
     seen = {}
     for window in (1 << 26, 2048):
         monkeypatch.setattr(recovery, "SCAN_WINDOW_BYTES", window)
         work = tmp_path / f"w{window}"
         shutil.copytree(src, work)
+        lf = LogFile.open(work / LOG, IoCounters(), read_only=True)
+        try:  # `convmem verify`'s reading of the log, before the open repairs it
+            checked = maintenance.verify(work, lf)
+        finally:
+            lf.close()
         with MemoryStore.open(work) as s:
             h = s.get_system_health()
             seen[window] = (live_contents(s), h["status"], h["last_error"], s.recovered_tail,
-                            (work / LOG).stat().st_size)
+                            (work / LOG).stat().st_size, checked["log_records"],
+                            checked["log_damage"])
     assert seen[2048] == seen[1 << 26]
-    contents, status, last_error, torn, _ = seen[2048]
+    contents, status, last_error, torn, _, n_records, found = seen[2048]
+    assert n_records >= 150 and len(found) == 1 and not checked["ok"]
     assert len(contents) > 50  # (a page of them)
     assert (status, torn) == (("OK", True) if damage == "torn" else ("DEGRADED", False))
     if damage == "seq":
