@@ -210,6 +210,7 @@ def _read_mapped(fd: int, verify: bool,
     arrays: dict[str, np.ndarray] = {}
     buf = memoryview(mm)
     now: Deferred = []  # the checksums to check before returning
+    privately_served: list[memoryview] = []  # sections served from a private map of their own
     for entry in sections:
         try:
             off, n = int(entry["offset"]), int(entry["nbytes"])
@@ -231,6 +232,7 @@ def _read_mapped(fd: int, verify: bool,
                 and growable(entry["name"])):  # (never an object dtype over file bytes)
             try:
                 arrays[entry["name"]] = _private_view(fd, size, off, n, dtype, shape)
+                privately_served.append(view)
                 continue
             except (OSError, ValueError):  # (mmap refused: the read-only view serves)
                 pass
@@ -238,6 +240,10 @@ def _read_mapped(fd: int, verify: bool,
     bad = _verify_in_two(now)
     if bad is not None:
         raise SnapshotError(f"snapshot section {bad!r} checksum mismatch")
+    # A section served from its private map was read here only to check it: its pages in the
+    # read-only map would stay mapped for nothing (at 10M messages most of what an open checks).
+    for view in privately_served:
+        _drop_view_pages(view)
     return meta, arrays
 
 

@@ -248,3 +248,22 @@ def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
     read_snapshot(path, defer=deferring(deferred))
     assert verify_deferred(deferred, drop_pages=True) == "big"
     assert verify_deferred(deferred) == "big"
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps")
+def test_a_privately_served_section_leaves_no_pages_in_the_checked_map(tmp_path):
+    """A growable section is checked over the read-only map and served from a private map of its
+    own: once checked, its pages in the read-only map are dropped (they would stay mapped for
+    nothing), and the array still reads the file's bytes."""
+    big = np.arange(2_000_000, dtype=np.uint32)  # 8 MB
+    path = tmp_path / "snap"
+    write_snapshot(path, {"n": 1}, {"big": big, "ts": np.arange(3, dtype=np.int64)}, IoCounters())
+    _, shared = read_snapshot(path)  # (served from the read-only map: it stays mapped)
+    assert _resident_kib(path) >= 7800
+    del shared
+    import gc
+    gc.collect()
+    assert _resident_kib(path) < 100  # (that map is gone with its arrays)
+    _, arrays = read_snapshot(path, growable=lambda name: name == "big")
+    assert _resident_kib(path) < 1000  # checked (every byte read), then dropped
+    assert np.array_equal(arrays["big"], big)
