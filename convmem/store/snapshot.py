@@ -30,6 +30,7 @@ import numpy as np
 import orjson
 import xxhash
 
+from .background import background_thread
 from .io import IoCounters, open_file, write_file_atomically
 
 SNAPSHOT_NAME = "snapshot.bin"
@@ -41,6 +42,7 @@ _ALIGN = 64
 PARALLEL_VERIFY_BYTES = 16 << 20  # sections to check at open worth a second thread
 DROP_PIECE_BYTES = 64 << 20  # the background check's reads (verify_deferred(drop_pages=True))
 DROP_LAG_BYTES = 1 << 20  # ... and how far behind them it drops the pages read
+DROP_INLINE_BYTES = 64 << 20  # checked-only pages dropped by the open itself, up to this many
 
 
 class SnapshotError(Exception):
@@ -241,9 +243,15 @@ def _read_mapped(fd: int, verify: bool,
     if bad is not None:
         raise SnapshotError(f"snapshot section {bad!r} checksum mismatch")
     # A section served from its private map was read here only to check it: its pages in the
-    # read-only map would stay mapped for nothing (at 10M messages most of what an open checks).
-    for view in privately_served:
-        _drop_view_pages(view)
+    # read-only map would stay mapped for nothing (at 10M messages 0.8 GB, most of what an open
+    # checks). Many of them are dropped on a thread of their own: at 10M the madvise calls take
+    # 5-6 ms, which the open's first answer need not wait for.
+    if sum(len(view) for view in privately_served) <= DROP_INLINE_BYTES:
+        for view in privately_served:
+            _drop_view_pages(view)
+    elif privately_served:
+        background_thread(lambda: [_drop_view_pages(view) for view in privately_served],
+                          "convmem-unmap").start()
     return meta, arrays
 
 

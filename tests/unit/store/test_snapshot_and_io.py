@@ -251,10 +251,26 @@ def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps")
-def test_a_privately_served_section_leaves_no_pages_in_the_checked_map(tmp_path):
+@pytest.mark.parametrize("inline_bytes", [64 << 20, 0])
+def test_a_privately_served_section_leaves_no_pages_in_the_checked_map(tmp_path, monkeypatch,
+                                                                      inline_bytes):
     """A growable section is checked over the read-only map and served from a private map of its
     own: once checked, its pages in the read-only map are dropped (they would stay mapped for
-    nothing), and the array still reads the file's bytes."""
+    nothing), by the open itself or, past DROP_INLINE_BYTES, by a thread of their own; the
+    array still reads the file's bytes."""
+    import threading
+
+    from convmem.store import snapshot as snapshot_module
+
+    monkeypatch.setattr(snapshot_module, "DROP_INLINE_BYTES", inline_bytes)
+    started: list[threading.Thread] = []
+    real_thread = snapshot_module.background_thread
+
+    def noted(target, name):
+        started.append(real_thread(target, name))
+        return started[-1]
+
+    monkeypatch.setattr(snapshot_module, "background_thread", noted)
     big = np.arange(2_000_000, dtype=np.uint32)  # 8 MB
     path = tmp_path / "snap"
     write_snapshot(path, {"n": 1}, {"big": big, "ts": np.arange(3, dtype=np.int64)}, IoCounters())
@@ -265,5 +281,8 @@ def test_a_privately_served_section_leaves_no_pages_in_the_checked_map(tmp_path)
     gc.collect()
     assert _resident_kib(path) < 100  # (that map is gone with its arrays)
     _, arrays = read_snapshot(path, growable=lambda name: name == "big")
+    assert [t.name for t in started] == (["convmem-unmap"] if inline_bytes == 0 else [])
+    for t in started:
+        t.join(10)
     assert _resident_kib(path) < 1000  # checked (every byte read), then dropped
     assert np.array_equal(arrays["big"], big)
