@@ -213,10 +213,12 @@ def mapped_state(directory: Path, rebuilt: Rebuilt, growable: Callable[[str], bo
     mapped as an open maps it, rather than the arrays it was written from. Those are anonymous
     memory the size of the whole state, held until the process ends (at 1M messages the
     process stayed at 566 MB of it against 21 MB after an open); the file's pages are the page
-    cache's (`growable`: read_snapshot's). Every section is checksummed as it is read back.
+    cache's (`growable`: read_snapshot's). Every section is checksummed as it is read back, and
+    its pages leave the process once checked (`drop_checked`: at 10M messages 4.8 GB stayed).
     Should the file not read back (I/O error, damage), the arrays are used, as before."""
     try:
-        meta, arrays = read_snapshot(directory / SNAPSHOT_NAME, growable=growable)
+        meta, arrays = read_snapshot(directory / SNAPSHOT_NAME, growable=growable,
+                                     drop_checked=True)
         if meta.get("log_id") == rebuilt.meta.get("log_id"):
             return meta, arrays
         why = "it belongs to another log"

@@ -138,6 +138,7 @@ Deferred = list[tuple[str, memoryview, Expected]]  # (section name, bytes, its c
 def read_snapshot(path: Path, verify: bool = True,
                   defer: Callable[[str, memoryview, Expected], bool] | None = None,
                   growable: Callable[[str], bool] | None = None,
+                  drop_checked: bool = False,
                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Map the snapshot and return (meta, arrays); arrays are read-only views of the map.
 
@@ -152,7 +153,9 @@ def read_snapshot(path: Path, verify: bool = True,
     quarter of the section more where the file is that long: room that appends overwrite in
     place (catalog/columns.py, shared.garr_borrow). Without it the first write after an open
     copied every such array whole (at 10M messages 0.50-0.53 s). Checksums are always taken
-    over the read-only map.
+    over the read-only map, and the pages of the sections served from a private map are dropped
+    from it once checked; with `drop_checked`, the pages of every section checked here are
+    (rebuild_index's read-back: a query faults back what it reads, from the page cache).
     """
     try:
         fd = open_file(path, os.O_RDONLY)
@@ -161,7 +164,7 @@ def read_snapshot(path: Path, verify: bool = True,
     except OSError as exc:  # unreadable, a directory, a planted link...
         raise SnapshotError(f"cannot open the snapshot: {exc.strerror or exc}") from exc
     try:
-        return _read_mapped(fd, verify, defer, growable)
+        return _read_mapped(fd, verify, defer, growable, drop_checked)
     finally:
         os.close(fd)
 
@@ -182,7 +185,7 @@ def _private_view(fd: int, size: int, off: int, n: int, dtype: np.dtype,
 
 def _read_mapped(fd: int, verify: bool,
                  defer: Callable[[str, memoryview, Expected], bool] | None,
-                 growable: Callable[[str], bool] | None,
+                 growable: Callable[[str], bool] | None, drop_checked: bool,
                  ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     try:
         size = os.fstat(fd).st_size
@@ -246,11 +249,16 @@ def _read_mapped(fd: int, verify: bool,
     # read-only map would stay mapped for nothing (at 10M messages 0.8 GB, most of what an open
     # checks). Many of them are dropped on a thread of their own: at 10M the madvise calls take
     # 5-6 ms, which the open's first answer need not wait for.
-    if sum(len(view) for view in privately_served) <= DROP_INLINE_BYTES:
-        for view in privately_served:
+    unneeded = privately_served
+    if drop_checked:
+        served_privately = {id(view) for view in privately_served}
+        unneeded = privately_served + [view for _, view, _ in now
+                                       if id(view) not in served_privately]
+    if sum(len(view) for view in unneeded) <= DROP_INLINE_BYTES:
+        for view in unneeded:
             _drop_view_pages(view)
-    elif privately_served:
-        background_thread(lambda: [_drop_view_pages(view) for view in privately_served],
+    elif unneeded:
+        background_thread(lambda: [_drop_view_pages(view) for view in unneeded],
                           "convmem-unmap").start()
     return meta, arrays
 

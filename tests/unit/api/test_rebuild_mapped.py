@@ -72,7 +72,7 @@ def test_rebuilt_state_is_served_from_the_mapped_snapshot(
 
 def test_a_snapshot_that_does_not_read_back_leaves_the_state_in_memory(
         store_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    def unreadable(path, growable=None):
+    def unreadable(path, growable=None, drop_checked=False):
         raise SnapshotError("section ix.post_data_content: checksum mismatch")
 
     with MemoryStore.open(store_dir) as s:
@@ -136,3 +136,4 @@ def test_a_rebuild_reading_its_spans_in_chunks_keeps_every_message(tmp_path: Pat
         assert [[m["message_id"] for m in s.read_messages(session_id=f"s{k}", limit=100)["history"]]
                 for k in range(3)] == history
         assert _answers(s) == before
+

@@ -286,3 +286,26 @@ def test_a_privately_served_section_leaves_no_pages_in_the_checked_map(tmp_path,
         t.join(10)
     assert _resident_kib(path) < 1000  # checked (every byte read), then dropped
     assert np.array_equal(arrays["big"], big)
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps")
+def test_drop_checked_leaves_no_checked_page_mapped(tmp_path):
+    """read_snapshot(drop_checked=True), rebuild_index's read-back of its new snapshot: every
+    section is checked (damage still raises) and its pages leave the process; the arrays read
+    the file's bytes when touched again."""
+    big = np.arange(2_000_000, dtype=np.uint32)  # 8 MB
+    path = tmp_path / "snap"
+    write_snapshot(path, {"n": 1}, {"big": big, "ts": np.arange(3, dtype=np.int64)}, IoCounters())
+    _, kept = read_snapshot(path)
+    assert _resident_kib(path) >= 7800
+    del kept
+    import gc
+    gc.collect()
+    _, arrays = read_snapshot(path, drop_checked=True)
+    assert _resident_kib(path) < 100
+    assert np.array_equal(arrays["big"], big)
+    meta, _ = read_snapshot(path)
+    entry = next(s for s in meta["sections"] if s["name"] == "big")
+    _flip(path, entry["offset"] + 5)
+    with pytest.raises(SnapshotError, match="'big' checksum mismatch"):
+        read_snapshot(path, drop_checked=True)
