@@ -124,16 +124,11 @@ RSS_CHILD = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[3])
 import corpus
+from compare_fts5 import proc_status_kb
 from convmem import MemoryStore
 
 def status():
-    out = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key = line.split(":")[0]
-            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
-                out[key] = int(line.split()[1]) / 1024
-    return out
+    return {k: proc_status_kb(k) / 1024 for k in ("VmRSS", "VmHWM", "RssAnon", "RssFile")}
 
 seconds = float(sys.argv[2])
 t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Threads for work nothing waits for (a periodic snapshot, the log's verification after open),
+"""Threads for work no answer to a client waits for (a periodic snapshot, the log's verification
 run at a lower scheduling priority than the threads that answer clients.
 
 On two cores a snapshot's merge and a write's own threads (the caller, the log's flusher)

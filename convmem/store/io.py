@@ -7,6 +7,7 @@ temporary files are created exclusively (O_EXCL) after any leftover of that name
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import stat
 from dataclasses import dataclass, asdict
@@ -77,6 +78,20 @@ def create_exclusively(path: Path, flags: int = os.O_WRONLY) -> int:
     removed first; O_EXCL then refuses anything that appears meanwhile)."""
     _unlink_quietly(path)
     return open_file(path, flags | os.O_CREAT | os.O_EXCL)
+
+
+def drop_pages(mm: mmap.mmap, lo: int, hi: int) -> None:
+    """Drop the pages over mm[lo:hi] from the process (MADV_DONTNEED; the first page from its
+    start). For read-only maps of a file only: touched again, a page is read back from the page
+    cache. On a private map it would throw away the changes. Only the memory figure is at stake:
+    where the call is refused, nothing happens."""
+    start = lo - lo % mmap.PAGESIZE
+    if hi <= start or not hasattr(mmap, "MADV_DONTNEED"):
+        return
+    try:
+        mm.madvise(mmap.MADV_DONTNEED, start, hi - start)
+    except (OSError, ValueError):
+        pass
 
 
 def write_file_atomically(path: Path, chunks, io: IoCounters) -> int:

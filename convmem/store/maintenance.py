@@ -20,7 +20,7 @@ from ..errors import IO_ERROR, ConvMemError
 from .cursor_key import CURSOR_KEY_NAME
 from .io import IoCounters, prepare_data_dir, write_file_atomically
 from .logfile import LOG_NAME, LogFile
-from .recovery import Records, scan_windowed
+from .recovery import Records, find_damage
 from .snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, write_snapshot
 
 _COPY_CHUNK = 1 << 20
@@ -34,19 +34,12 @@ def verify(directory: Path, logfile: LogFile) -> dict[str, Any]:
     mm = mmap.mmap(logfile.fd, end, access=mmap.ACCESS_READ) if end > codec.LOG_HEADER_SIZE else None
     if mm is not None:
         try:
-            pos = codec.LOG_HEADER_SIZE
-
             def count(found: Records) -> None:
                 nonlocal records
                 records += len(found[0])
 
-            while pos < end:  # (a window at a time: recovery.scan_windowed)
-                stop, error, resync = scan_windowed(mm, pos, end, count)
-                if error is None:
-                    break
-                nxt = resync if resync >= 0 else end
-                damage.append({"offset": stop, "bytes": nxt - stop, "reason": error})
-                pos = nxt
+            damage = [{"offset": lo, "bytes": hi - lo, "reason": why}
+                      for lo, hi, why in find_damage(mm, end, count)]
         finally:
             mm.close()
     snapshot = _verify_snapshot(directory / SNAPSHOT_NAME, logfile)

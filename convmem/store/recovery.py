@@ -20,6 +20,7 @@ from .._core import codec
 from ..catalog.catalog import Catalog, ReadRecord
 from ..errors import ConvMemError
 from .background import background_thread
+from .io import drop_pages
 from .logfile import LogFile
 from .snapshot import (SNAPSHOT_NAME, Deferred, Expected, SnapshotError, SnapshotVersionError, read_snapshot,
                        snapshot_size, verify_deferred)
@@ -205,23 +206,23 @@ def replay(logfile: LogFile, catalog: Catalog, start: int, findings: Findings) -
 SCAN_WINDOW_BYTES = 64 * 1024 * 1024
 assert SCAN_WINDOW_BYTES > codec.RECORD_HEADER_SIZE + codec.MAX_PAYLOAD
 _TORN = (codec.TRUNCATED_HEADER, codec.TRUNCATED_PAYLOAD)
+Records = tuple[Any, Any, Any, Any]  # (offsets, types, seqs, lengths) of valid records, in order
 
 
-def find_damage(mm: Any, end: int) -> list[Damage]:
-    """(start, end, reason) of each damaged stretch of log[header:end]."""
+def find_damage(mm: mmap.mmap, end: int,
+                on_records: Callable[[Records], None] | None = None) -> list[Damage]:
+    """(start, end, reason) of each damaged stretch of log[header:end]; `on_records` gets the
+    valid records between them (scan_windowed)."""
     found = []
     pos = codec.LOG_HEADER_SIZE
     while pos < end:
-        stop, error, resync = scan_windowed(mm, pos, end)
+        stop, error, resync = scan_windowed(mm, pos, end, on_records)
         if error is None:
             break
         nxt = resync if resync >= 0 else end
         found.append((stop, nxt, error))
         pos = nxt
     return found
-
-
-Records = tuple[Any, Any, Any, Any]  # (offsets, types, seqs, lengths) of valid records, in order
 
 
 def scan_windowed(mm: mmap.mmap, pos: int, end: int,
@@ -258,21 +259,10 @@ def scan_windowed(mm: mmap.mmap, pos: int, end: int,
             last, last_seq = int(res.offsets[-1]), int(res.seqs[-1])
             if on_records is not None:
                 on_records((res.offsets, res.types, res.seqs, res.lengths))
-        _drop_pages(mm, pos, res.stop)
+        drop_pages(mm, pos, res.stop)
         if res.error is None and hi == end:
             return res.stop, None, -1
         pos = res.stop  # (the start of the record the window cut, or hi)
-
-
-def _drop_pages(mm: mmap.mmap, lo: int, hi: int) -> None:
-    """Drop the whole pages of mm[lo:hi] from the process (MADV_DONTNEED: a read-only map of the
-    file reads them from the page cache again if touched)."""
-    start = lo - lo % mmap.PAGESIZE
-    if isinstance(mm, mmap.mmap) and hi - start >= mmap.PAGESIZE and hasattr(mmap, "MADV_DONTNEED"):
-        try:
-            mm.madvise(mmap.MADV_DONTNEED, start, hi - start)
-        except (OSError, ValueError):
-            pass  # (only the memory figure is at stake)
 
 
 # -- verification of what the snapshot stood in for -------------------------------------------
@@ -296,7 +286,7 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
 
     def check() -> VerifyResult:
         try:
-            bad = verify_deferred(deferred, drop_pages=True)
+            bad = verify_deferred(deferred, drop=True)
             return bad, (find_damage(mm, end) if mm is not None and bad is None else [])
         finally:
             if mm is not None:

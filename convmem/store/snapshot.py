@@ -31,7 +31,7 @@ import orjson
 import xxhash
 
 from .background import background_thread
-from .io import IoCounters, open_file, write_file_atomically
+from .io import IoCounters, drop_pages, open_file, write_file_atomically
 
 SNAPSHOT_NAME = "snapshot.bin"
 MAGIC = b"CVMEMSNP"
@@ -40,7 +40,7 @@ READABLE_VERSIONS = (2, 3)
 _HEAD = struct.Struct("<8sIIII")
 _ALIGN = 64
 PARALLEL_VERIFY_BYTES = 16 << 20  # sections to check at open worth a second thread
-DROP_PIECE_BYTES = 64 << 20  # the background check's reads (verify_deferred(drop_pages=True))
+DROP_PIECE_BYTES = 64 << 20  # the background check's reads (verify_deferred(drop=True))
 DROP_LAG_BYTES = 1 << 20  # ... and how far behind them it drops the pages read
 DROP_INLINE_BYTES = 64 << 20  # checked-only pages dropped by the open itself, up to this many
 
@@ -215,7 +215,9 @@ def _read_mapped(fd: int, verify: bool,
     arrays: dict[str, np.ndarray] = {}
     buf = memoryview(mm)
     now: Deferred = []  # the checksums to check before returning
-    privately_served: list[memoryview] = []  # sections served from a private map of their own
+    # Sections whose pages in this map are not needed once checked: those served from a private
+    # map of their own, and with drop_checked all.
+    unneeded: list[memoryview] = []
     for entry in sections:
         try:
             off, n = int(entry["offset"]), int(entry["nbytes"])
@@ -237,11 +239,13 @@ def _read_mapped(fd: int, verify: bool,
                 and growable(entry["name"])):  # (never an object dtype over file bytes)
             try:
                 arrays[entry["name"]] = _private_view(fd, size, off, n, dtype, shape)
-                privately_served.append(view)
+                unneeded.append(view)
                 continue
             except (OSError, ValueError):  # (mmap refused: the read-only view serves)
                 pass
         arrays[entry["name"]] = np.frombuffer(view, dtype=dtype, count=count).reshape(shape)
+        if drop_checked:
+            unneeded.append(view)
     bad = _verify_in_two(now)
     if bad is not None:
         raise SnapshotError(f"snapshot section {bad!r} checksum mismatch")
@@ -249,11 +253,6 @@ def _read_mapped(fd: int, verify: bool,
     # read-only map would stay mapped for nothing (at 10M messages 0.8 GB, most of what an open
     # checks). Many of them are dropped on a thread of their own: at 10M the madvise calls take
     # 5-6 ms, which the open's first answer need not wait for.
-    unneeded = privately_served
-    if drop_checked:
-        served_privately = {id(view) for view in privately_served}
-        unneeded = privately_served + [view for _, view, _ in now
-                                       if id(view) not in served_privately]
     if sum(len(view) for view in unneeded) <= DROP_INLINE_BYTES:
         for view in unneeded:
             _drop_view_pages(view)
@@ -290,35 +289,29 @@ def _verify_in_two(sections: Deferred) -> str | None:
     return mine if mine is not None else found[0]
 
 
-def verify_deferred(deferred: Deferred, drop_pages: bool = False) -> str | None:
+def verify_deferred(deferred: Deferred, drop: bool = False) -> str | None:
     """Check postponed section checksums; the name of the first bad section, or None.
 
-    With drop_pages, each section is read a piece at a time and each piece's pages leave the
+    With `drop`, each section is read a piece at a time and each piece's pages leave the
     process once hashed (the background pass after an open): the check reads every byte, and at
     10M messages it left 2.3 GB of index sections mapped in that no query had asked for. A
     query faults in again what it reads, from the page cache."""
     for name, view, expected in deferred:
-        ok = expected.matches_dropping(view) if drop_pages else expected.matches(view)
+        ok = expected.matches_dropping(view) if drop else expected.matches(view)
         if not ok:  # zlib and xxhash release the GIL on large buffers
             return name
     return None
 
 
 def _drop_view_pages(view: memoryview) -> None:
-    """MADV_DONTNEED over the whole pages of `view`, a slice of a read-only map of the file
-    (read_snapshot's): they are read from the page cache again when touched. Never used on the
-    private maps, whose changed pages exist nowhere else."""
+    """drop_pages over `view`, a slice of a read-only map of the file (read_snapshot's)."""
     mm = view.obj
-    if not isinstance(mm, mmap.mmap) or not hasattr(mmap, "MADV_DONTNEED") or not len(view):
+    if not isinstance(mm, mmap.mmap) or not len(view):
         return
     base = np.frombuffer(mm, dtype=np.uint8)
     off = np.frombuffer(view, dtype=np.uint8).ctypes.data - base.ctypes.data
     del base
-    start = off - off % mmap.PAGESIZE
-    try:
-        mm.madvise(mmap.MADV_DONTNEED, start, off + len(view) - start)
-    except (OSError, ValueError):
-        pass  # (only the memory figure is at stake)
+    drop_pages(mm, off, off + len(view))
 
 
 def snapshot_size(path: Path) -> int:

@@ -217,7 +217,7 @@ def _resident_kib(path: Path) -> int:
 @pytest.mark.parametrize("fmt", [3, 2])
 def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
         tmp_path, monkeypatch, fmt):
-    """verify_deferred(drop_pages=True), the pass after an open: a section is hashed a piece at
+    """verify_deferred(drop=True), the pass after an open: a section is hashed a piece at
     a time, as one hash of the whole (xxh3 and format 2's crc32), and the pages it read leave
     the process; the arrays over them read the same bytes afterwards."""
     from convmem.store import snapshot as snapshot_module
@@ -237,7 +237,7 @@ def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
     assert int(arrays["big"].sum(dtype=np.int64)) == int(big.sum(dtype=np.int64))  # all read in
     before = _resident_kib(path)
     assert before >= 7800
-    assert verify_deferred(deferred, drop_pages=True) is None
+    assert verify_deferred(deferred, drop=True) is None
     assert _resident_kib(path) < before - 7500
     assert np.array_equal(arrays["big"], big)
     del arrays, deferred
@@ -246,7 +246,7 @@ def test_the_background_check_drops_the_pages_it_read_and_still_finds_damage(
     _flip(path, entry["offset"] + entry["nbytes"] - 3)  # in the last piece
     deferred = []
     read_snapshot(path, defer=deferring(deferred))
-    assert verify_deferred(deferred, drop_pages=True) == "big"
+    assert verify_deferred(deferred, drop=True) == "big"
     assert verify_deferred(deferred) == "big"
 
 
