@@ -1,5 +1,5 @@
-"""Threads for work no answer to a client waits for (a periodic snapshot, the log's verification
-run at a lower scheduling priority than the threads that answer clients.
+"""Threads for work no answer to a client waits for (a periodic snapshot, the log's check after
+an open), run at a lower scheduling priority than the threads that answer clients.
 
 On two cores a snapshot's merge and a write's own threads (the caller, the log's flusher)
 contend for the CPU: with equal priorities a woken flusher can wait milliseconds behind the
