@@ -36,7 +36,7 @@ import corpus  # noqa: E402
 
 
 PAR_OFF = 2 ** 62  # (--par-min off: no query has this many postings)
-SETTINGS = ("prime_max_postings", "sparse_block_span", "impact_prime_blocks")  # what --set may change
+SETTINGS = ("prime_max_postings", "sparse_block_span", "impact_prime_blocks", "prime_docs_per_k")  # what --set may change
 
 
 def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]],

@@ -88,6 +88,7 @@ cdef class SearchIndex:
     # ... and the docs of largest x_f of the blocks of highest maximum of its long lists, this
     # many blocks a list (IX_IMPACT_BLOCKS; 0: never).
     cdef public int64_t impact_prime_blocks  # (scorer_choice.py --set)
+    cdef public int64_t prime_docs_per_k     # (scorer_choice.py --set)
     cdef readonly int64_t last_primed       # docs the last search scored first these ways
     # A list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (IX_SPARSE_SPAN; 0: never).

@@ -22,6 +22,8 @@ class SearchIndex:
     # pruned queries first score the docs of their rarest groups when these hold at most this many
     # postings (and 1/64 of the query's): the k-th score is known before the sweep (0: never)
     prime_max_postings: int
+    # ... of which it scores at most this many times k, those of largest estimated score (0: all)
+    prime_docs_per_k: int
     last_primed: int  # docs the last search scored first that way (always 0 in the twin)
     # a list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (0: never)

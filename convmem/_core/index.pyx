@@ -66,7 +66,7 @@ from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offset
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
-from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_SPARSE_SPAN, IX_WINDOW, Eng,
+from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K, IX_SPARSE_SPAN, IX_WINDOW, Eng,
                                   Group, Query, _group_df, _qlen_code, _qlen_value, _score,
                                   _Scratch)
 
@@ -198,6 +198,7 @@ cdef class SearchIndex:
         self.prime_max_postings = IX_PRIME_MAX
         self.sparse_block_span = IX_SPARSE_SPAN
         self.impact_prime_blocks = IX_IMPACT_BLOCKS
+        self.prime_docs_per_k = IX_PRIME_PER_K
         self.merge_factor = 2
         self._lock = threading.RLock()
         self.last_pruned = False
@@ -1080,7 +1081,8 @@ cdef class SearchIndex:
             for li in range(self._q_lists.len):
                 nl += lists[li].seg == m
             most = max(most, nl)
-        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k, self.prime_max_postings)
+        (<_Scratch>self._scr[0]).engine(&e, &q, groups, G, gterms, most, k, self.prime_max_postings,
+                                        self.prime_docs_per_k * k)
         if session >= 0 and session_docs is not None and not exhaustive:
             cand = np.ascontiguousarray(session_docs, dtype=np.uint32)
             if cand.shape[0] * 16 > total:             # postings are cheaper to scan
@@ -1096,7 +1098,7 @@ cdef class SearchIndex:
             parallel = self._worker != NULL
         self.last_parallel = parallel
         if parallel:
-            (<_Scratch>self._scr[1]).engine(&e2, &q, groups, G, gterms, most, k, 0)
+            (<_Scratch>self._scr[1]).engine(&e2, &q, groups, G, gterms, most, k, 0, 0)
         ncand = cand.shape[0] if cand is not None else -1
         with nogil:
             _score(&e, &e2 if parallel else NULL, self._worker if parallel else NULL, lists,

@@ -261,6 +261,7 @@ class SearchIndex:
         self.last_primed = 0
         self.sparse_block_span = 32768  # (index.pyx IX_SPARSE_SPAN; the twin never prunes)
         self.impact_prime_blocks = 32  # (index.pyx IX_IMPACT_BLOCKS; the twin never prunes)
+        self.prime_docs_per_k = 4  # (score.pxd IX_PRIME_PER_K; the twin never prunes)
         self.merge_factor = 2  # (index.pyx; the twin has no segments)
         self.last_session_docs = False
         # The twin scores every doc: it never skips anything (the compiled index counts what its

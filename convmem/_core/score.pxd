@@ -18,6 +18,7 @@ cdef enum:
     IX_IMPACT_MAX = 64      # ... at most, over its lists
     IX_IMPACT_MAX_G = 2     # ... in queries of at most this many groups
     IX_IMPACT_MIN_NB = 256  # ... taken from lists of at least this many blocks
+    IX_PRIME_PER_K = 4      # _prime scores exactly at most this many docs per result asked
 
 
 # One query group (docs/SCORING.md): its term ids are gterms[key_lo:key_hi], its segment lists
@@ -31,6 +32,12 @@ cdef struct Group:
     int64_t list_lo
     int64_t list_hi
     int64_t n_postings
+
+
+# A doc _prime may score, with an estimate of its score from the groups it was found in.
+cdef struct PrimeDoc:
+    uint32_t d
+    float est
 
 
 # A top-k heap entry: `i` is the slot of its breakdown (index.pyx: Eng.hbd).
@@ -138,6 +145,8 @@ cdef struct Eng:
     int64_t n_primed            # docs scored first to prime the k-th score (_prime)
     int64_t prime_max           # _prime's most postings (engine()'s prime_max; 0: no priming)
     uint32_t* pbuf              # _prime's docs: room for prime_max + IX_BLOCK + the impact docs
+    PrimeDoc* pdocs             # ... with their estimates (the same room)
+    int64_t prime_docs          # _prime scores exactly at most this many of them (0: all)
 
 
 # What the second scoring thread gets: its engine and the half of the windows it runs.
@@ -151,12 +160,12 @@ cdef struct Job:
 # The scratch of one scoring thread: fixed window arrays and per-query arrays sized by the
 # query (never by the corpus).
 cdef class _Scratch:
-    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits, w_prime
+    cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits, w_prime, w_pdocs
     cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd
     # Size the arrays for the query and point e at them.
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
                     const uint32_t* gterms, int64_t n_lists, int64_t k,
-                    int64_t prime_max) except -1
+                    int64_t prime_max, int64_t prime_docs) except -1
     cdef int64_t nbytes(self) noexcept
 
 

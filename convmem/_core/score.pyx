@@ -838,10 +838,25 @@ cdef int64_t _impact_docs(Eng* e, const PList* lists, uint32_t* buf, int64_t n) 
     return n
 
 
+cdef int _cmp_pdoc_doc(const void* a, const void* b) noexcept nogil:
+    cdef uint32_t x = (<const PrimeDoc*>a).d, y = (<const PrimeDoc*>b).d
+    return (x > y) - (x < y)
+
+
+cdef int _cmp_pdoc_est(const void* a, const void* b) noexcept nogil:
+    """Estimate descending, doc ascending on ties (qsort is not stable)."""
+    cdef const PrimeDoc* x = <const PrimeDoc*>a
+    cdef const PrimeDoc* y = <const PrimeDoc*>b
+    if x.est != y.est:
+        return -1 if x.est > y.est else 1
+    return (x.d > y.d) - (x.d < y.d)
+
+
 cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
     """Score first some docs likely to be among the top k, so that the sweep starts with the
     k-th score already high (docs/SCORING.md "Pruning"), and mark them in q.gbits; the sweep
-    skips marked docs (each doc is offered once). Returns how many docs were scored. They are:
+    skips marked docs (each doc is offered once). Returns how many docs were scored. They are
+    taken among:
     - the docs of the query's rarest groups, when they are few: the groups of fewest postings
       while their postings add up to at most e.prime_max and to 1/IX_PRIME_SHARE of the
       query's. Without them a query that pairs a rare word with common ones finds its k-th
@@ -849,13 +864,22 @@ cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
       lists are essential in every window: at 10M messages, 'nagemouce config tests
       zapoushaibre' (465 postings of the rare words, 1.4M in all) decoded about 190,000 docs
       of the common lists;
-    - the docs of largest x_f of its long lists (_impact_docs)."""
+    - the docs of largest x_f of its long lists (_impact_docs).
+    Of the rare groups' docs only the e.prime_docs of largest estimate (the sum of their
+    postings' bounds) are scored: scoring one probes every group, and at 10M
+    messages 'should posting stevaizadi stailousaiche' spent more time scoring its 3330 rare
+    docs than the sweep took, for no more windows skipped than with its best 129. The docs left
+    unscored are not marked: the sweep meets them in the rare groups' lists like any other."""
     cdef Query* q = e.q
     cdef const Group* groups = e.groups
-    cdef int64_t G = e.G, i, j, t, c, li, n = 0, m = 0, cum = 0, total = 0
+    cdef int64_t G = e.G, i, j, t, c, li, n = 0, ni, m = 0, cum = 0, total = 0
     cdef int64_t prime_max = e.prime_max
     cdef uint32_t* buf = e.pbuf
+    cdef PrimeDoc* pd = e.pdocs
     cdef uint32_t d
+    cdef uint32_t bd[IX_BLOCK]
+    cdef uint8_t bt[IX_BLOCK]
+    cdef double idf
     cdef const PList* L
     if G < 1 or buf == NULL:
         return 0
@@ -875,11 +899,31 @@ cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
         if cum > 0:
             for i in range(m):                        # their segment docs (cum >= their count)
                 t = e.order[i]
+                idf = groups[t].idf
                 for li in range(groups[t].list_lo, groups[t].list_hi):
                     L = &lists[li]
                     for j in range(L.nb):
-                        c = _block(L, j, buf + n, NULL)
-                        n += c
+                        c = _block(L, j, bd, bt)
+                        for ni in range(c):
+                            pd[n].d = bd[ni]
+                            pd[n].est = <float>_approx_total(
+                                q, bd[ni], (<uint32_t>bt[ni]) << (8 * L.field), idf)
+                            n += 1
+    if n > 0:
+        qsort(pd, <size_t>n, sizeof(PrimeDoc), _cmp_pdoc_doc)
+        j = 0
+        for i in range(n):                            # one entry a doc, its estimates summed
+            if j > 0 and pd[i].d == pd[j - 1].d:
+                pd[j - 1].est = pd[j - 1].est + pd[i].est
+            else:
+                pd[j] = pd[i]
+                j += 1
+        n = j
+        if 0 < e.prime_docs < n:
+            qsort(pd, <size_t>n, sizeof(PrimeDoc), _cmp_pdoc_est)
+            n = e.prime_docs
+    for i in range(n):
+        buf[i] = pd[i].d
     n = _impact_docs(e, lists, buf, n)
     if n == 0:
         return 0
@@ -948,6 +992,7 @@ cdef class _Scratch:
         garr_init(&self.w_gl, 4)
         garr_init(&self.w_bits, 8)
         garr_init(&self.w_prime, 4)
+        garr_init(&self.w_pdocs, sizeof(PrimeDoc))
         garr_init(&self.ls, sizeof(LState))
         garr_init(&self.goff, 8)
         garr_init(&self.wub, 8)
@@ -965,6 +1010,7 @@ cdef class _Scratch:
         garr_free(&self.w_gl)
         garr_free(&self.w_bits)
         garr_free(&self.w_prime)
+        garr_free(&self.w_pdocs)
         garr_free(&self.ls)
         garr_free(&self.goff)
         garr_free(&self.wub)
@@ -977,7 +1023,7 @@ cdef class _Scratch:
 
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
                     const uint32_t* gterms, int64_t n_lists, int64_t k,
-                    int64_t prime_max) except -1:
+                    int64_t prime_max, int64_t prime_docs) except -1:
         """Size the arrays for the query and point e at them (room for prime_max primed docs,
         a setting, never the corpus: _prime decodes whole blocks, so IX_BLOCK more)."""
         if self.w_tf.len == 0:                        # zeroed once; the loops leave them zero
@@ -996,6 +1042,7 @@ cdef class _Scratch:
         garr_reserve(&self.heap, k + 1)
         garr_reserve(&self.hbd, k + 1)
         garr_reserve(&self.w_prime, max(prime_max, 0) + IX_BLOCK + IX_IMPACT_MAX)
+        garr_reserve(&self.w_pdocs, max(prime_max, 0) + IX_BLOCK + IX_IMPACT_MAX)
         e.q = q
         q.primed = False                              # (_prime marks q.gbits, _score clears it)
         e.groups = groups
@@ -1027,11 +1074,13 @@ cdef class _Scratch:
         e.n_primed = 0
         e.prime_max = max(prime_max, 0)
         e.pbuf = <uint32_t*>self.w_prime.data
+        e.pdocs = <PrimeDoc*>self.w_pdocs.data
+        e.prime_docs = max(prime_docs, 0)
         return 0
 
     cdef int64_t nbytes(self) noexcept:
         return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
-                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.w_prime)
+                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.w_prime) + garr_bytes(&self.w_pdocs)
                 + garr_bytes(&self.ls)
                 + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
                 + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)

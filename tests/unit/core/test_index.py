@@ -619,6 +619,36 @@ def test_priming_with_the_rare_groups_keeps_results(seed: int) -> None:
     assert_same(got, tw.search(cjk, 5))
 
 
+def test_priming_scores_only_the_best_estimated_rare_docs() -> None:
+    """_prime scores exactly at most prime_docs_per_k * k of the rare groups' docs (those of
+    largest estimate); the others are left to the sweep, which meets them in the rare lists: the
+    same top k as exhaustive and the twin for every limit, k, filter and thread count; 0 scores
+    them all, as before the limit (the twin, slow, is asked for the smallest limit)."""
+    ix, tw = _rare_among_common_index(1)
+    ix._set_window(64)
+    ix._set_prune_density(0)
+    ix.impact_prime_blocks = 0
+    assert compiled.SearchIndex().prime_docs_per_k == 4
+    filters = [{}, {"kind_mask": 0b000110}, {"session": 3}, {"min_importance": 40}]
+    primed = {}
+    for per_k in (0, 1, 4):
+        ix.prime_docs_per_k = per_k
+        for par in (10 ** 9, 0):
+            ix.parallel_min_postings = par
+            for q in ([900, 1, 2], [1, 901, 2], [900, 901, 1]):
+                for k in (1, 3, 20):
+                    for kw in filters:
+                        got = ix.search(q, k, **kw)
+                        primed[per_k, str(q), k, str(kw)] = ix.last_primed
+                        assert_same(got, ix.search(q, k, exhaustive=True, **kw))
+                        if per_k == 1 and par == 0:
+                            assert_same(got, tw.search(q, k, **kw))
+    for (per_k, q, k, kw), n in primed.items():
+        every = primed[0, q, k, kw]
+        assert n == (every if per_k == 0 else min(every, per_k * k)), (per_k, q, k, kw)
+    assert all(primed[0, q, 1, kw] > 1 for _, q, k, kw in primed)
+
+
 @pytest.fixture(scope="module")
 def common_word_index() -> compiled.SearchIndex:
     """45500 docs: one segment of 45000 and the buffer. The term 1 is in 90% of them (a list of
