@@ -6,6 +6,7 @@ messages written in the same millisecond follow write order.
 from __future__ import annotations
 
 import sys
+import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -27,9 +28,13 @@ def _array_bytes(a: np.ndarray) -> int:
 
 class Session:
     # epoch, counts_epoch: the SessionIndex freeze whose sections no longer hold this session's
-    # arrays, its kind counts (they were copied since, or made after it). _loaded: the
-    # SessionIndex that loaded it from a snapshot, which its ts and slots are sliced from on
-    # first use (__getattr__); unset for a session made since.
+    # arrays, its kind counts (they were copied since, or made after it). _loaded: for a session
+    # loaded from a snapshot, the SessionIndex's loaded sections, which its ts and slots are
+    # sliced from on first use (__getattr__), and a weak reference to the SessionIndex (which
+    # counts their bytes); unset for a session made since. Not the SessionIndex itself: that
+    # was a reference cycle (the index lists its sessions), and a catalog replaced by
+    # rebuild_index kept the old snapshot mapped (its file deleted, its pages resident) until
+    # the cyclic collector happened to run.
     __slots__ = ("name", "num", "ts", "slots", "n", "kind_counts", "epoch", "counts_epoch",
                  "_loaded")
 
@@ -48,16 +53,19 @@ class Session:
         were most of loading the sessions (167 -> 102 ms for 98k sessions, a 10M store's)."""
         if name not in ("ts", "slots", "kind_counts"):
             raise AttributeError(name)
-        index = object.__getattribute__(self, "_loaded")
-        offsets, hist_ts, hist_slots, counts = index._loaded
+        loaded, index_ref = object.__getattribute__(self, "_loaded")
+        offsets, hist_ts, hist_slots, counts = loaded
+        index = index_ref()
         if name == "kind_counts":
             self.kind_counts = counts[self.num].tolist()
-            index._bytes += _sizeof(self.kind_counts)  # (load counted what existed then)
+            if index is not None:
+                index._bytes += _sizeof(self.kind_counts)  # (load counted what existed then)
             return self.kind_counts
         a, b = int(offsets[self.num]), int(offsets[self.num + 1])
         self.ts = hist_ts[a:b]
         self.slots = hist_slots[a:b]
-        index._bytes += _sizeof(self.ts) + _sizeof(self.slots)  # (their data: counted by load)
+        if index is not None:
+            index._bytes += _sizeof(self.ts) + _sizeof(self.slots)  # (their data: counted by load)
         return self.ts if name == "ts" else self.slots
 
     @property
@@ -174,7 +182,7 @@ class SessionIndex:
         s = Session.__new__(Session)
         s.name = self.names[num]
         s.num = num
-        s._loaded = self
+        s._loaded = (self._loaded, weakref.ref(self))
         s.n = int(offsets[num + 1]) - int(offsets[num])
         s.epoch = s.counts_epoch = 0  # (its arrays are the loaded ones: _own copies them)
         self._by_num[num] = s

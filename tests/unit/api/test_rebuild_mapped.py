@@ -4,6 +4,7 @@ process ended); when the file does not read back, the arrays serve and nothing i
 a rebuild and at the end of a bulk import the freed heap is given back (api/heap.py)."""
 from __future__ import annotations
 
+import gc
 import logging
 import mmap
 import platform
@@ -137,3 +138,37 @@ def test_a_rebuild_reading_its_spans_in_chunks_keeps_every_message(tmp_path: Pat
                 for k in range(3)] == history
         assert _answers(s) == before
 
+
+
+def _mapped_snapshots(directory: Path) -> set[tuple[str, bool]]:
+    """The snapshot files of `directory` this process maps: (inode, deleted)."""
+    out = set()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6 and parts[5].startswith(str(directory / "snapshot.bin")):
+            out.add((parts[4], parts[5].endswith("(deleted)")))
+    return out
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/maps")
+def test_a_rebuild_unmaps_the_snapshot_it_replaced_at_once(store_dir: Path) -> None:
+    """When rebuild_index returns, the snapshot it replaced is no longer mapped, with the cyclic
+    collector off: nothing of the old catalog is held by a reference cycle (a loaded session
+    and its SessionIndex were one), which kept the old file's pages resident and its disk space
+    allocated (the file deleted) until a collection happened to run."""
+    with MemoryStore.open(store_dir) as s:
+        _fill(s)
+    with MemoryStore.open(store_dir) as s:                # served from the snapshot, mapped
+        before = _answers(s)
+        s.search_messages(query="alpha", session_id="s1")  # a session made from the snapshot
+        old = _mapped_snapshots(store_dir)
+        assert old and not any(deleted for _, deleted in old)
+        gc.disable()
+        try:
+            assert s.rebuild_index()["status"] == "OK"
+            now = _mapped_snapshots(store_dir)
+        finally:
+            gc.enable()
+        assert now and not any(deleted for _, deleted in now)
+        assert not {inode for inode, _ in old} & {inode for inode, _ in now}
+        assert _answers(s) == before
