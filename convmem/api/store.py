@@ -115,9 +115,14 @@ class MemoryStore(RecallTools, TrashTools):
             except ConvMemError as exc:
                 log.warning("snapshot at close failed: %s", exc.message)
             finally:
+                base = self._log.base_sequence
                 self._log.close()
                 self._log = None  # type: ignore[assignment]
                 self._dirlock.release()
+                # An empty catalog in place of the state: the store and its catalog refer to
+                # each other (the catalog reads records back through the store), so the
+                # snapshot's map would otherwise stay until the cyclic collector ran.
+                self._set_catalog(Catalog(self._read_record, base))
 
     def checkpoint(self) -> None:
         """Write a snapshot now (after a bulk import, so that the next open replays nothing)."""

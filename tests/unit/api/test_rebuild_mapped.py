@@ -172,3 +172,23 @@ def test_a_rebuild_unmaps_the_snapshot_it_replaced_at_once(store_dir: Path) -> N
         assert now and not any(deleted for _, deleted in now)
         assert not {inode for inode, _ in old} & {inode for inode, _ in now}
         assert _answers(s) == before
+
+
+@pytest.mark.skipif(platform.system() != "Linux", reason="reads /proc/self/maps")
+def test_close_unmaps_the_snapshot(store_dir: Path) -> None:
+    """close() lets the snapshot's map go at once, with the cyclic collector off (the store and
+    its catalog refer to each other); a closed store still refuses calls as before."""
+    with MemoryStore.open(store_dir) as s:
+        _fill(s)
+    s = MemoryStore.open(store_dir)
+    _answers(s)
+    s.search_messages(query="alpha", session_id="s1")
+    assert _mapped_snapshots(store_dir)
+    gc.disable()
+    try:
+        s.close()
+        assert _mapped_snapshots(store_dir) == set()
+    finally:
+        gc.enable()
+    with pytest.raises(Exception, match="closed"):
+        s.search_messages(query="alpha")
