@@ -63,6 +63,7 @@ cdef struct FieldPostings:
     const float* bm
     double bm_cb
     int64_t n_bm
+    int64_t n_bmv           # values in bm (an adopted segment's last list's blocks end there)
     # Lists not yet decoded once (a segment adopted from a snapshot is checked lazily, each list
     # on its first use, see _list_ready): checked[i] is 1 once list i passed _list_check, with
     # doc ids below doc_hi. NULL when every list is known good (built here, or all checked).
@@ -470,11 +471,19 @@ cdef int _lists_ok(object offsets, object data, uint32_t doc_hi, int field) exce
 # Whether list li of fp may be read: 0 when it passed _list_check (now or before), -1 when its
 # bytes are damaged (it must not be read then).
 cdef inline int _list_ready(const FieldPostings* fp, int64_t li) noexcept nogil:
+    cdef int64_t n, bi, nb
     if fp.checked == NULL or fp.checked[li]:
         return 0
-    if _list_check(fp.data + fp.offsets[li], fp.data + fp.offsets[li + 1], fp.doc_hi,
-                   fp.field) < 0:
+    n = _list_check(fp.data + fp.offsets[li], fp.data + fp.offsets[li + 1], fp.doc_hi,
+                    fp.field)
+    if n < 0:
         return -1
+    if fp.n_bm:                                       # its stored block maxima: one per block
+        bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
+        if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
+            nb = (fp.bm_off[bi + 1] if bi + 1 < fp.n_bm else fp.n_bmv) - <int64_t>fp.bm_off[bi]
+            if nb != (n + IX_BLOCK - 1) // IX_BLOCK:
+                return -1
     fp.checked[li] = 1
     return 0
 

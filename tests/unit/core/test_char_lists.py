@@ -202,9 +202,23 @@ def test_char_list_sections_that_do_not_fit_are_rejected(stored, damage: str) ->
     elif damage == "offsets":
         derived["cx_offsets_content"][1] = derived["cx_offsets_content"][2] + 1
     else:
-        derived["cx_bm_content"] = derived["cx_bm_content"][:-1]
+        derived["cx_bm_off_content"][0] = 1
     with pytest.raises(ValueError, match="cx_|block maxima"):
         compiled.SearchIndex.from_arrays({**arrays, **derived})
+
+
+def test_char_list_maxima_that_miscount_its_blocks_are_reported_on_first_use(stored) -> None:
+    """The blocks a character list's maxima count are checked with the list, on first use."""
+    _, _, arrays, derived = stored
+    derived = {k: np.array(v) for k, v in derived.items()}
+    derived["cx_bm_content"] = np.append(derived["cx_bm_content"], np.float32(1.0))
+    cp = int(derived["cx_terms_content"][int(derived["cx_bm_terms_content"][-1])])
+    ix = compiled.SearchIndex.from_arrays({**arrays, **derived})
+    others = [c for c in COMMON if c != cp]
+    assert len(ix.search(np.array([uni(others[0])], dtype=np.uint64), 5)[0]) == 5
+    for _ in range(2):
+        with pytest.raises(ValueError, match="damaged posting list"):
+            ix.search(np.array([uni(cp)], dtype=np.uint64), 5)
 
 
 def test_chained_bigram_queries_weigh_the_same_with_and_without_char_lists(stored) -> None:

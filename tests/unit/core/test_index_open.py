@@ -48,19 +48,53 @@ def test_stored_block_maxima_give_the_same_results_and_the_same_pruning() -> Non
         assert np.array_equal(again[name], arr), name
 
 
-@pytest.mark.parametrize("damage", ["offset", "term", "length"])
-def test_block_maxima_that_do_not_fit_the_lists_are_rejected(damage: str) -> None:
+@pytest.mark.parametrize("damage", ["term", "first", "gap", "past"])
+def test_block_maxima_of_the_wrong_shape_are_rejected(damage: str) -> None:
+    """What can be checked without reading the lists is, at adoption: terms ascending, offsets
+    from 0, at least two blocks a list, within the maxima."""
     ix, _ = _index()
     arrays = ix.to_arrays()
     bm = {k: v.copy() for k, v in ix.block_max_arrays().items()}
-    if damage == "offset":
-        bm["bm_off_content"][1] += 1
-    elif damage == "term":
+    if damage == "term":
         bm["bm_terms_content"][0] = bm["bm_terms_content"][1]  # not ascending
+    elif damage == "first":
+        bm["bm_off_content"][0] = 1
+    elif damage == "gap":
+        bm["bm_off_content"][1] = bm["bm_off_content"][0] + 1  # a list of one block
     else:
-        bm["bm_content"] = bm["bm_content"][:-1]
+        bm["bm_off_content"][-1] = len(bm["bm_content"]) - 1
     with pytest.raises(ValueError, match="block maxima"):
         compiled.SearchIndex.from_arrays({**arrays, **bm})
+
+
+@pytest.mark.parametrize("damage", ["offset", "length"])
+def test_block_maxima_that_miscount_a_list_are_reported_on_its_first_use(damage: str) -> None:
+    """Whether a list has as many blocks as its maxima say is checked with the list, on its
+    first use (adoption reads no list: it touched a page per list): the list is reported
+    damaged every time, never served, and a merge reports it too; other lists serve."""
+    ix, queries = _index()
+    arrays = ix.to_arrays()
+    bm = {k: v.copy() for k, v in ix.block_max_arrays().items()}
+    if damage == "offset":                                 # the first list gets one block more
+        bm["bm_off_content"][1] += 1
+        victim = int(bm["bm_terms_content"][0])
+    else:                                                  # the last list one more
+        bm["bm_content"] = np.append(bm["bm_content"], np.float32(1.0))
+        victim = int(bm["bm_terms_content"][-1])
+    loaded = compiled.SearchIndex.from_arrays({**arrays, **bm})
+    tid = int(arrays["post_terms_content"][victim])
+    key = np.array([arrays["term_keys"][tid]], dtype=np.uint64)
+    other = next(q for q in queries if not np.isin(key, q).any()
+                 and not np.isin(arrays["term_keys"][arrays["post_terms_content"][
+                     bm["bm_terms_content"][:2]]], q).any())
+    assert loaded.search(other, 10)[0].tolist() == ix.search(other, 10)[0].tolist()
+    for _ in range(2):
+        with pytest.raises(ValueError, match="damaged posting list"):
+            loaded.search(key, 10)
+    empty = np.zeros(0, dtype=np.uint64)
+    loaded.add(loaded.n_docs, other, empty, empty, empty, 0, 0, 0, 50, 0, b"\1" * 16)
+    with pytest.raises(ValueError, match="damaged posting list"):
+        loaded.merge_segments()
 
 
 def test_a_damaged_list_is_found_on_first_use_and_never_read() -> None:
