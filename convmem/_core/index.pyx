@@ -66,7 +66,8 @@ from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offset
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
-from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K, IX_SPARSE_SPAN, IX_WINDOW, Eng,
+from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K,
+                                  IX_SPARSE_SPAN, IX_WINDOW, Eng,
                                   Group, Query, _group_df, _qlen_code, _qlen_value, _score,
                                   _Scratch)
 

@@ -327,10 +327,10 @@ cdef int _bm_given(_Segment s, int f, object bterms, object boff, object bm, dou
     with nogil:
         for i in range(nl):
             if (t[i] >= fp.n_terms or (i > 0 and t[i] <= t[i - 1])
-                    or (o[i] != 0 if i == 0 else o[i] < o[i - 1] + 2)):
+                    or (o[i] != 0 if i == 0 else <int64_t>o[i] < <int64_t>o[i - 1] + 2)):
                 bad = True
                 break
-    if bad or (nl == 0 and nbv != 0) or (nl > 0 and o[nl - 1] + 2 > nbv):
+    if bad or (nl == 0 and nbv != 0) or (nl > 0 and <int64_t>o[nl - 1] + 2 > nbv):
         raise ValueError("bad block maxima")
     fp.bm_terms = &t[0] if nl else NULL
     fp.bm_off = &o[0] if nl else NULL

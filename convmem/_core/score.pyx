@@ -868,11 +868,12 @@ cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
     Of the rare groups' docs only the e.prime_docs of largest estimate (the sum of their
     postings' bounds) are scored: scoring one probes every group, and at 10M
     messages 'should posting stevaizadi stailousaiche' spent more time scoring its 3330 rare
-    docs than the sweep took, for no more windows skipped than with its best 129. The docs left
-    unscored are not marked: the sweep meets them in the rare groups' lists like any other."""
+    docs than the sweep took (3.7 ms against 2.2 with its best 80 scored, the same windows
+    skipped). The docs left unscored are not marked: the sweep meets them in the rare groups'
+    lists like any other."""
     cdef Query* q = e.q
     cdef const Group* groups = e.groups
-    cdef int64_t G = e.G, i, j, t, c, li, n = 0, ni, m = 0, cum = 0, total = 0
+    cdef int64_t G = e.G, i, j, t, c, li, p, n = 0, m = 0, cum = 0, total = 0
     cdef int64_t prime_max = e.prime_max
     cdef uint32_t* buf = e.pbuf
     cdef PrimeDoc* pd = e.pdocs
@@ -904,10 +905,10 @@ cdef int64_t _prime(Eng* e, const PList* lists) noexcept nogil:
                     L = &lists[li]
                     for j in range(L.nb):
                         c = _block(L, j, bd, bt)
-                        for ni in range(c):
-                            pd[n].d = bd[ni]
+                        for p in range(c):
+                            pd[n].d = bd[p]
                             pd[n].est = <float>_approx_total(
-                                q, bd[ni], (<uint32_t>bt[ni]) << (8 * L.field), idf)
+                                q, bd[p], (<uint32_t>bt[p]) << (8 * L.field), idf)
                             n += 1
     if n > 0:
         qsort(pd, <size_t>n, sizeof(PrimeDoc), _cmp_pdoc_doc)
@@ -1080,7 +1081,8 @@ cdef class _Scratch:
 
     cdef int64_t nbytes(self) noexcept:
         return (garr_bytes(&self.w_tf) + garr_bytes(&self.w_acc) + garr_bytes(&self.w_bd)
-                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.w_prime) + garr_bytes(&self.w_pdocs)
+                + garr_bytes(&self.w_gl) + garr_bytes(&self.w_bits) + garr_bytes(&self.w_prime)
+                + garr_bytes(&self.w_pdocs)
                 + garr_bytes(&self.ls)
                 + garr_bytes(&self.goff) + garr_bytes(&self.wub) + garr_bytes(&self.gx)
                 + garr_bytes(&self.gnl) + garr_bytes(&self.gw) + garr_bytes(&self.order)
