@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import numpy as np
-
 from .. import validation as v
 from .._core import codec
 from ..catalog.catalog import Catalog
@@ -29,7 +27,7 @@ from ..catalog.docs import (R_CONTENT, R_REVISION, R_ROLE, R_SESSION_ID, R_TIMES
 from ..domain import MAX_CONTENT_BYTES, MAX_REVISION, MAX_SESSION_BYTES
 from ..errors import CONFLICT, INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..ids import UlidClock, now_ms
-from ..store import compaction, maintenance, recovery
+from ..store import compaction, recovery
 from ..store.cursor_key import CURSOR_KEY_NAME, load_cursor_key
 from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
@@ -37,6 +35,7 @@ from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from . import bulk, gc_pause, heap, search, snapshots, views
+from .maintenance import MaintenanceTools
 from .trash import TrashTools
 from .guards import Applying, IndexRebuilt, StoreMutex, is_index_damage, once_more
 from .paging import Cursors
@@ -59,10 +58,11 @@ _T = TypeVar("_T")
 IMPORT_MERGE_FACTOR = 8
 
 
-class MemoryStore(RecallTools, TrashTools):
+class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
     """A conversation-memory store in one data directory (see docs/DESIGN.md); the recall
     toolset's methods are RecallTools's (api/recall.py), the trash's (list_deleted,
-    restore_message) TrashTools's (api/trash.py)."""
+    restore_message) TrashTools's (api/trash.py), verify, backup and export_messages
+    MaintenanceTools's (api/maintenance.py)."""
 
     # -- lifecycle -----------------------------------------------------------------------
     @classmethod
@@ -737,61 +737,6 @@ class MemoryStore(RecallTools, TrashTools):
             if not bulk_import:  # (deferring_snapshots' end looks at the snapshot)
                 self._after_write()
         return results
-
-    # =====================================================================================
-    # Maintenance (the CLI's verify and backup)
-    # =====================================================================================
-    def verify(self) -> dict[str, Any]:
-        """Check every record of the log, every section of the snapshot and every posting list
-        it holds; changes nothing. `ok` is False on any damage (store/maintenance.py)."""
-        with self._mutex:
-            self._check_open()
-            return maintenance.verify(self.directory, self._log)
-
-    def backup(self, dest: str | os.PathLike[str]) -> dict[str, Any]:
-        """Write a copy of the store as it is now to `dest` (new or empty), openable by itself.
-        Writes wait only while the state is serialised; the log is copied after, from a
-        descriptor of its own."""
-        with self._mutex:
-            self._check_open()
-            meta, arrays = self._catalog.snapshot_state()
-            meta.update(self._log_meta(), covered_end=self._log.size)
-            arrays = {name: np.array(a) for name, a in arrays.items()}  # (a copy: writes go on)
-            log_end = self._log.size
-            logfile = self._log
-            fd = os.dup(logfile.fd)  # (the copy's own: a rebuild may replace the log meanwhile)
-        try:
-            view = LogFile(logfile.path, fd, logfile.log_id, logfile.base_sequence, log_end, self._io)
-            return maintenance.backup(Path(dest), view, log_end, meta, arrays,
-                                      self.directory / CURSOR_KEY_NAME)
-        finally:
-            os.close(fd)
-
-    def export_messages(self, session_id: str | None = None) -> Iterator[ImportItem]:
-        """Live messages as import dicts, session by session (by start time), in history order."""
-        with self._mutex:
-            self._check_open()
-            generation = self._generation
-            sessions = self._catalog.sessions
-            if session_id is not None:
-                s = sessions.get(session_id)
-                nums = [s.num] if s is not None and s.n else []
-            else:
-                nums = [num for _, _, num in sessions.ordered()]
-            slots = [int(x) for s in map(sessions.at, nums) for x in s.slots[: s.n]]
-        for slot in slots:
-            with self._mutex:
-                self._check_open()
-                if self._generation != generation:
-                    # rebuild_index renumbered the messages: the list taken above means nothing
-                    # now. Fail rather than export a mix of two states.
-                    raise ConvMemError(CONFLICT, "the store was rebuilt during the export; "
-                                                 "nothing after this point was exported")
-                doc = self._catalog.current_doc(slot)
-                if doc < 0:
-                    continue
-                m = message(self._reader.record(doc))
-            yield bulk.export_item(m)
 
 
 def _cause(exc: BaseException) -> str:
