@@ -122,7 +122,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
                 # An empty catalog in place of the state: the store and its catalog refer to
                 # each other (the catalog reads records back through the store), so the
                 # snapshot's map would otherwise stay until the cyclic collector ran.
-                self._set_catalog(Catalog(self._read_record, base))
+                self._set_catalog(self._empty_catalog(base))
 
     def checkpoint(self) -> None:
         """Write a snapshot now (after a bulk import, so that the next open replays nothing)."""
@@ -200,8 +200,12 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             # work; writes fail with IO_ERROR until there is room) and tries again later.
             self._try_snapshot("snapshot at open")
 
-    def _empty_catalog(self) -> Catalog:
-        return Catalog(self._read_record, self._log.base_sequence)
+    def _empty_catalog(self, base_sequence: int | None = None) -> Catalog:
+        """A catalog holding nothing, for the log now open (or one whose base_sequence is given:
+        close's, once its log is closed)."""
+        if base_sequence is None:
+            base_sequence = self._log.base_sequence
+        return Catalog(self._read_record, base_sequence)
 
     def _set_catalog(self, catalog: Catalog) -> None:
         self._catalog = catalog
