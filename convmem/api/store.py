@@ -102,9 +102,10 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
 
     def close(self) -> None:
         if self._verifier is not None:
-            self._verifier.cancel()  # (not begun yet: nothing to wait for)
+            # (not begun yet: nothing to wait for; the snapshot below checks the sections it
+            # would copy, _sections_checked)
+            self._verifier.cancel()
             self._verifier.join()
-            self._verifier = None
         with self._mutex:
             if self._log is None:
                 return
@@ -115,6 +116,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             except ConvMemError as exc:
                 log.warning("snapshot at close failed: %s", exc.message)
             finally:
+                self._verifier = None
                 base = self._log.base_sequence
                 self._log.close()
                 self._log = None  # type: ignore[assignment]
@@ -160,6 +162,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
 
     def _open(self) -> None:
         self._verifier: recovery.Verification | None = None
+        self._verified_generation = -1  # (the _generation whose sections _verifier checks)
         self._io = IoCounters()
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
@@ -218,7 +221,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
 
     def _verify_covered(self, end: int) -> None:
         deferred, self._findings.deferred = self._findings.deferred, []
-        log_id = self._log.log_id
+        generation = self._generation
 
         def apply(bad: str | None, damage: list[recovery.Damage]) -> None:
             if bad is not None:
@@ -228,9 +231,10 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
                 self._findings.damage(start, reason, stop - start)
                 self._catalog.drop_damaged(start, stop)
 
+        self._verified_generation = self._generation  # (the state those sections are in)
         self._verifier = recovery.verify_covered(
             self._log, end, deferred, apply, self._mutex,
-            lambda: self._log is not None and self._log.log_id == log_id)
+            lambda: self._log is not None and self._generation == generation)
 
     def _reload_from_log(self, why: str) -> None:
         self._findings.snapshot_rejected(why)
@@ -307,6 +311,8 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         if self.read_only:
             return  # (replayed again at the next open)
         self._wait_snapshot()
+        if not self._sections_checked(wait=not background):
+            return  # (a later write tries again)
         index_sections = None
         try:
             if background:  # (the index's sections are merged by the thread: freeze_state)
@@ -331,6 +337,25 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             return
         job.run()
         self._snapshot_done(job)
+
+    def _sections_checked(self, wait: bool) -> bool:
+        """Whether the state may be copied into a new snapshot or log: not while snapshot
+        sections whose check was deferred at open are unchecked (a copy would carry their
+        damage on under fresh checksums, past every later check). With `wait` they are checked
+        now; damage found then rebuilds the state from the log, a state with nothing unchecked
+        (False: the caller's copy of the old state is not to be made)."""
+        verification = self._verifier
+        if (verification is None or verification.sections_checked()
+                or self._verified_generation != self._generation):  # (a state of its own since)
+            return True
+        if not wait:
+            return False
+        bad = verification.check_sections()
+        if bad is None:
+            return True
+        verification.cancel()  # (its thread must not apply this again)
+        self._reload_from_log(f"snapshot section {bad!r} is damaged; state rebuilt from the log")
+        return False
 
     def _wait_snapshot(self) -> None:
         """Wait for a background snapshot (the caller holds the mutex; the thread never takes
@@ -610,6 +635,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         if self.read_only:
             raise ConvMemError(IO_ERROR, "the store is open read-only")
         self._wait_snapshot()  # (it would rename a snapshot of the old log over the new one)
+        self._sections_checked(wait=True)  # (damage found: the state is the log's now)
         bytes_before = self._log.size
         records_before = self._catalog.record_count
         try:

@@ -284,7 +284,7 @@ def test_background_verification_begins_late_and_is_dropped_by_close(tmp_path, m
     assert verification is not None
     assert s.get_system_health()["status"] == "OK"  # (not begun)
     s.close()
-    assert not verification._thread.is_alive() and s._findings.last_error == ""
+    assert not verification.thread.is_alive() and s._findings.last_error == ""
     monkeypatch.setattr(recovery, "VERIFY_DELAY_SECONDS", 0)
     s = MemoryStore.open(tmp_path)
     try:
@@ -320,6 +320,105 @@ def test_damaged_index_section_found_in_background_rebuilds_from_log(tmp_path, m
         s.close()
     with MemoryStore.open(tmp_path) as s:  # the rebuilt snapshot is good
         assert s.get_system_health()["snapshot_valid"] is True
+
+
+def damage_section(path: Path, name: str) -> np.ndarray:
+    """Flip a bit in the first value of snapshot section `name`; returns its values before."""
+    snap = path / SNAP
+    meta, arrays = read_snapshot(snap)
+    before = np.array(arrays[name])
+    section = next(sec for sec in meta["sections"] if sec["name"] == name)
+    data = bytearray(snap.read_bytes())
+    data[section["offset"]] ^= 0x01
+    snap.write_bytes(bytes(data))
+    return before
+
+
+def defer_every_section(monkeypatch, delay: float = 3600) -> None:
+    """Open as a large store does (every section's check deferred), with the background pass
+    held back for `delay` seconds."""
+    from convmem.store import recovery
+
+    monkeypatch.setattr(recovery, "VERIFY_IN_FOREGROUND_BYTES", 0)
+    monkeypatch.setattr(recovery, "DEFER_SECTION_BYTES", 0)
+    monkeypatch.setattr(recovery, "VERIFY_DELAY_SECONDS", delay)
+
+
+@pytest.mark.parametrize("section", ["slot_ts", "doc_kind", "ix.doc_lens"])
+def test_a_snapshot_written_before_the_deferred_check_does_not_carry_its_damage(
+        tmp_path, monkeypatch, section):
+    """A store closed before its background pass began still checks the sections its snapshot
+    at close would copy: damage is not written on under a fresh checksum. It rebuilds the state
+    from the log instead, and the next open serves what the log says."""
+    make_store(tmp_path, keep_snapshot=True)
+    before = damage_section(tmp_path, section)
+    defer_every_section(monkeypatch)
+    s = MemoryStore.open(tmp_path)
+    assert s._verifier is not None and not s._verifier.sections_checked()
+    s.write_message(session_id="s", role="user", content="message number 3")
+    s.close()
+    meta, arrays = read_snapshot(tmp_path / SNAP)  # (every checksum good)
+    assert np.array_equal(arrays[section][:len(before)], before)
+    with MemoryStore.open(tmp_path) as s:
+        assert live_contents(s) == [f"message number {i}" for i in range(4)]
+        assert s.get_system_health()["snapshot_valid"] is True
+
+
+def test_a_periodic_snapshot_waits_for_the_deferred_check(tmp_path, monkeypatch):
+    """A periodic snapshot (on its thread, while writes go on) is not written while sections are
+    unchecked; the first write after the check writes it."""
+    from convmem.api import snapshots
+
+    make_store(tmp_path, keep_snapshot=True)
+    defer_every_section(monkeypatch)
+    monkeypatch.setattr(snapshots, "SNAPSHOT_EVERY_RECORDS", 1)
+    with MemoryStore.open(tmp_path) as s:
+        replaced = s.get_system_health()["io"]["replace_calls"]
+        for i in range(3, 6):
+            s.write_message(session_id="s", role="user", content=f"message number {i}")
+        assert s.get_system_health()["io"]["replace_calls"] == replaced
+        assert s._verifier.check_sections() is None  # (what the background pass does first)
+        s.write_message(session_id="s", role="user", content="message number 6")
+        s._wait_snapshot()
+        assert s.get_system_health()["io"]["replace_calls"] == replaced + 1
+
+
+def test_rebuild_index_checks_the_deferred_sections_it_would_copy(tmp_path, monkeypatch,
+                                                                 caplog):
+    make_store(tmp_path, keep_snapshot=True)
+    before = damage_section(tmp_path, "slot_ts")
+    defer_every_section(monkeypatch)
+    with MemoryStore.open(tmp_path) as s:
+        s.rebuild_index()  # (a rebuild that succeeds clears last_error)
+        assert s.get_system_health()["snapshot_valid"] is False
+        assert any("'slot_ts' is damaged" in r.getMessage() for r in caplog.records)
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    meta, arrays = read_snapshot(tmp_path / SNAP)
+    assert np.array_equal(arrays["slot_ts"], before)
+
+
+def test_damage_in_a_deferred_catalog_section_is_found_in_the_background(tmp_path, monkeypatch):
+    make_store(tmp_path, keep_snapshot=True)
+    damage_section(tmp_path, "slot_ulid")
+    defer_every_section(monkeypatch, delay=0)
+    s = MemoryStore.open(tmp_path)
+    try:
+        s._verifier.join(timeout=30)
+        h = s.get_system_health()
+        assert h["snapshot_valid"] is False and "'slot_ulid'" in h["last_error"]
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    finally:
+        s.close()
+
+
+def test_sections_are_written_smallest_first(tmp_path):
+    """The sections an open checks before its first answer (the small ones) lie together at
+    the front of the file: one sequential read."""
+    make_store(tmp_path, n=50, keep_snapshot=True)
+    meta, _ = read_snapshot(tmp_path / SNAP)
+    table = sorted(meta["sections"], key=lambda sec: sec["offset"])
+    sizes = [sec["nbytes"] for sec in table]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
 
 
 def test_emptied_log_beside_a_snapshot_is_reported(tmp_path):
