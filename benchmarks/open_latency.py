@@ -143,7 +143,7 @@ while True:  # (at least one query after the first, however long the open took)
     s.search_messages(**queries[i % len(queries)])
     i += 1
     v = s._verifier
-    if verified_s is None and (v is None or not v._thread.is_alive()):
+    if verified_s is None and (v is None or not v.thread.is_alive()):
         verified_s = time.perf_counter() - t0
     if time.perf_counter() - t0 >= seconds:
         break

@@ -94,11 +94,13 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     """Write atomically (tmp, fsync, rename, fsync dir); returns the file size."""
     table = []
     blobs: list[memoryview] = []
-    # The smallest sections first: a large store's open checks only its small sections before
-    # its first answer (recovery.DEFER_SECTION_BYTES), and together at the front of the file
+    # The largest sections first: a large store's open checks only its small sections before
+    # its first answer (recovery.DEFER_SECTION_BYTES), and together at the end of the file
     # they are one sequential read for the kernel's readahead, not a fault per section spread
     # over the file (1M messages, page cache dropped: 9 MB checked in 8 ms instead of 59).
-    for name, arr in sorted(arrays.items(), key=lambda item: np.asarray(item[1]).nbytes):
+    # (Not the smallest first: the last section would then be a big per-doc array, which has
+    # no file bytes after it for a private map's room, read_snapshot.)
+    for name, arr in sorted(arrays.items(), key=lambda item: -np.asarray(item[1]).nbytes):
         arr = np.asarray(arr)
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)

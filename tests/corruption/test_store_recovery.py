@@ -411,14 +411,14 @@ def test_damage_in_a_deferred_catalog_section_is_found_in_the_background(tmp_pat
         s.close()
 
 
-def test_sections_are_written_smallest_first(tmp_path):
+def test_sections_are_written_largest_first(tmp_path):
     """The sections an open checks before its first answer (the small ones) lie together at
-    the front of the file: one sequential read."""
+    the end of the file: one sequential read."""
     make_store(tmp_path, n=50, keep_snapshot=True)
     meta, _ = read_snapshot(tmp_path / SNAP)
     table = sorted(meta["sections"], key=lambda sec: sec["offset"])
     sizes = [sec["nbytes"] for sec in table]
-    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]
+    assert sizes == sorted(sizes, reverse=True) and sizes[0] > sizes[-1]
 
 
 def test_emptied_log_beside_a_snapshot_is_reported(tmp_path):
