@@ -39,6 +39,7 @@ class MaintenanceTools:
     if TYPE_CHECKING:  # (MemoryStore's)
         def _check_open(self) -> None: ...
         def _log_meta(self) -> dict[str, Any]: ...
+        def _sections_checked(self, wait: bool) -> bool: ...
 
     def verify(self) -> dict[str, Any]:
         """Check every record of the log, every section of the snapshot and every posting list
@@ -53,6 +54,7 @@ class MaintenanceTools:
         descriptor of its own."""
         with self._mutex:
             self._check_open()
+            self._sections_checked(wait=True)  # (damage found: the state is the log's now)
             meta, arrays = self._catalog.snapshot_state()
             meta.update(self._log_meta(), covered_end=self._log.size)
             arrays = {name: np.array(a) for name, a in arrays.items()}  # (a copy: writes go on)

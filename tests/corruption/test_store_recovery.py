@@ -397,6 +397,20 @@ def test_rebuild_index_checks_the_deferred_sections_it_would_copy(tmp_path, monk
     assert np.array_equal(arrays["slot_ts"], before)
 
 
+def test_a_backup_checks_the_deferred_sections_it_would_copy(tmp_path, monkeypatch):
+    store, copy = tmp_path / "store", tmp_path / "copy"
+    make_store(store, keep_snapshot=True)
+    before = damage_section(store, "doc_kind")
+    defer_every_section(monkeypatch)
+    with MemoryStore.open(store) as s:
+        assert s.backup(copy)["status"] == "OK"
+        assert s.get_system_health()["snapshot_valid"] is False
+    meta, arrays = read_snapshot(copy / SNAP)
+    assert np.array_equal(arrays["doc_kind"], before)
+    with MemoryStore.open(copy) as s:
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+
+
 def test_damage_in_a_deferred_catalog_section_is_found_in_the_background(tmp_path, monkeypatch):
     make_store(tmp_path, keep_snapshot=True)
     damage_section(tmp_path, "slot_ulid")
