@@ -51,8 +51,13 @@ def _flip(path: Path, offset: int) -> None:
 @pytest.mark.parametrize("where, reason", [
     (0, "magic"), (9, "header checksum"), (30, "meta checksum"), (-5, "checksum mismatch")])
 def test_each_damage_is_a_snapshot_error(tmp_path, where, reason):
+    """`where` < 0: that far from the end of the section "big"."""
     path = write(tmp_path / "snap")
-    _flip(path, where if where >= 0 else path.stat().st_size + where)
+    if where < 0:
+        meta, _ = read_snapshot(path)
+        big = next(sec for sec in meta["sections"] if sec["name"] == "big")
+        where += big["offset"] + big["nbytes"]
+    _flip(path, where)
     with pytest.raises(SnapshotError, match=reason):
         read_snapshot(path)
 
@@ -190,14 +195,19 @@ def test_a_growable_section_is_a_private_writable_view_with_room_that_never_reac
 
 
 def test_a_growable_section_at_the_end_of_the_file_has_only_the_room_the_file_has(tmp_path):
-    path = write(tmp_path / "snap")  # ("big" is the last section: nothing follows it)
-    _, arrays = read_snapshot(path, growable=lambda name: name == "big")
-    big = arrays["big"]
-    assert big.flags.writeable and np.array_equal(big, ARRAYS["big"])
-    room = big.base if big.base is not None and isinstance(big.base, np.ndarray) else big
-    assert len(room) == len(big)  # no room past the end of the file (that would fault)
+    path = tmp_path / "snap"
+    sections = {"big": ARRAYS["big"], "last": np.arange(5, dtype=np.uint32)}
+    write_snapshot(path, {}, sections, IoCounters())
+    meta, _ = read_snapshot(path)
+    last = max(meta["sections"], key=lambda sec: sec["offset"])
+    assert last["name"] == "last"  # (the smallest section: nothing follows it)
+    _, arrays = read_snapshot(path, growable=lambda name: name == "last")
+    tail = arrays["last"]
+    assert tail.flags.writeable and np.array_equal(tail, sections["last"])
+    room = tail.base if tail.base is not None and isinstance(tail.base, np.ndarray) else tail
+    assert len(room) == len(tail)  # no room past the end of the file (that would fault)
     room[:] = 1  # every byte of it writable
-    assert read_snapshot(path)[1]["big"][0] == 0
+    assert read_snapshot(path)[1]["last"][0] == 0
 
 
 def _resident_kib(path: Path) -> int:
