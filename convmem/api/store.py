@@ -339,9 +339,9 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         self._snapshot_done(job)
 
     def _sections_checked(self, wait: bool) -> bool:
-        """Whether the state may be copied into a new snapshot or log: not while snapshot
-        sections whose check was deferred at open are unchecked (a copy would carry their
-        damage on under fresh checksums, past every later check). With `wait` they are checked
+        """Whether the state may be copied into a new snapshot (a rebuild's and a backup's
+        too): not while snapshot sections whose check was deferred at open are unchecked (a
+        copy would carry their damage on under fresh checksums, past every later check). With `wait` they are checked
         now; damage found then rebuilds the state from the log, a state with nothing unchecked
         (False: the caller's copy of the old state is not to be made)."""
         verification = self._verifier

@@ -35,11 +35,12 @@ VERIFY_IN_FOREGROUND_BYTES = 64 * 1024 * 1024  # larger stores are verified in t
 # check their record's checksum and posting lists are checked on first use meanwhile.
 VERIFY_DELAY_SECONDS = 1.0
 # ... and so are the snapshot's sections from this size: an open checks only the small ones
-# (written at the front of the file, snapshot.write_snapshot) before its first answer. At 1M
-# messages that is 9 MB instead of 122 (every section but the index's big ones), and open + first
-# query with the page cache dropped went from 179 to 91 ms (benchmarks/open_latency.py open
-# --drop-caches). Until the check has run, a snapshot written from the state would copy those
-# sections with fresh checksums: MemoryStore checks them first (Verification.check_sections).
+# (written together at the end of the file, snapshot.write_snapshot) before its first answer. At
+# 1M messages that is 9 MB instead of 122 (every section but the index's big ones), and open +
+# first query with the page cache dropped went from 184.5 to 136.7 ms (benchmarks/open_latency.py
+# open --drop-caches, paired). Until the check has run, a snapshot written from the state would
+# copy those sections under fresh checksums: MemoryStore checks them first
+# (Verification.check_sections).
 DEFER_SECTION_BYTES = 1024 * 1024
 # A replay of the whole log from this size on (a store without a current snapshot, e.g. one
 # written by an older tokenizer) reports its progress on stderr, every 10%.
@@ -272,8 +273,6 @@ def scan_windowed(mm: mmap.mmap, pos: int, end: int,
 
 
 # -- verification of what the snapshot stood in for -------------------------------------------
-
-
 def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
                    apply: Callable[[str | None, list[Damage]], None],
                    lock: threading.RLock, still_current: Callable[[], bool],
