@@ -234,6 +234,21 @@ def test_scorer_choice(store: Path, tmp_path: Path) -> None:
     assert missing.returncode == 2 and "no such store directory" in missing.stderr
 
 
+def test_filter_cost(store: Path, tmp_path: Path) -> None:
+    import json
+    res = json.loads(run("filter_cost.py", "--store", str(store), "--queries", "40",
+                         "--rounds", "1", data=tmp_path).stdout)
+    assert res["messages"] == STORE_SIZE and res["queries"] == 40
+    rows = res["rows"]
+    assert rows and all(r["filters"] and r["filtered_ms"] > 0 and r["bare_ms"] > 0 for r in rows)
+    assert sum(g["queries"] for g in res["by_filters"].values()) == len(rows)
+    assert res["filtered"]["queries"] == len(rows) and 0 <= res["queries_under"] <= 40
+    bad = run("filter_cost.py", "--store", str(store), "--rounds", "0", data=tmp_path, ok=False)
+    assert bad.returncode == 2 and "must be positive" in bad.stderr
+    missing = run("filter_cost.py", "--store", str(tmp_path / "none"), data=tmp_path, ok=False)
+    assert missing.returncode == 2 and "no such store directory" in missing.stderr
+
+
 def test_mcp_roundtrip(store: Path, tmp_path: Path) -> None:
     done = run("mcp_roundtrip.py", "--data-dir", str(store), "--messages", str(STORE_SIZE),
                "--queries", "5", data=tmp_path)
