@@ -28,6 +28,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _paths  # noqa: E402,F401
+import _results  # noqa: E402
 import compare_fts5  # noqa: E402
 import corpus  # noqa: E402
 
@@ -108,25 +109,22 @@ def run(store_dir: Path, queries: int, rounds: int, seed: int, under_ms: float) 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--store", required=True, help="a store directory (opened, not changed)")
-    ap.add_argument("--queries", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--under", type=float, default=1.5,
-                    help="count the queries of the set at or under this many ms")
+    ap.add_argument("--store", required=True, type=Path,
+                    help="a store directory (opened, not changed)")
+    for name, kind, default in (("--queries", int, 300), ("--rounds", int, 5),
+                                ("--seed", int, 1), ("--under", float, 1.5)):
+        ap.add_argument(name, type=kind, default=default)
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args(argv)
-    store = Path(args.store)
+    store = args.store
     if not (store / "messages.log").is_file():
         ap.error(f"no such store directory: {store}")
-    if args.queries <= 0 or args.rounds <= 0 or args.under <= 0:
+    if min(args.queries, args.rounds, args.under) <= 0:
         ap.error("--queries, --rounds and --under must be positive")
-    res = run(store, args.queries, args.rounds, args.seed, args.under)
-    res["machine"] = compare_fts5.machine_info()
-    text = json.dumps(res, indent=1, ensure_ascii=False)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    res = {**run(store, args.queries, args.rounds, args.seed, args.under),
+           "machine": _results.machine_info()}
+    print(json.dumps(res, indent=1, ensure_ascii=False))
+    _results.write_json(Path(args.json) if args.json else None, res)
     return 0
 
 
