@@ -106,6 +106,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             # would copy, _sections_checked)
             self._verifier.cancel()
             self._verifier.join()
+            self._verifier = None
         with self._mutex:
             if self._log is None:
                 return
@@ -116,7 +117,6 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             except ConvMemError as exc:
                 log.warning("snapshot at close failed: %s", exc.message)
             finally:
-                self._verifier = None
                 base = self._log.base_sequence
                 self._log.close()
                 self._log = None  # type: ignore[assignment]
@@ -162,7 +162,6 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
 
     def _open(self) -> None:
         self._verifier: recovery.Verification | None = None
-        self._verified_generation = -1  # (the _generation whose sections _verifier checks)
         self._io = IoCounters()
         self._findings = recovery.Findings()
         self._generation = 0  # bumped whenever slot numbers change (rebuild, reload)
@@ -188,9 +187,11 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
                                         self._findings)
         if loaded is not None:
             catalog, start, meta = loaded
-            self._set_catalog(catalog)
+            unchecked = recovery.Unchecked(self._findings.deferred)
+            self._findings.deferred = []
+            self._set_catalog(catalog, unchecked)
             self._clock = UlidClock.from_meta(meta.get("ulid_last"))
-            self._verify_covered(start)
+            self._verify_covered(start, unchecked)
         replayed = recovery.replay(self._log, self._catalog, start, self._findings)
         log.debug("%s: %s, %d log records replayed after it", self.directory,
                   "snapshot loaded" if loaded is not None else "no usable snapshot", replayed)
@@ -210,8 +211,11 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             base_sequence = self._log.base_sequence
         return Catalog(self._read_record, base_sequence)
 
-    def _set_catalog(self, catalog: Catalog) -> None:
+    def _set_catalog(self, catalog: Catalog, unchecked: recovery.Unchecked | None = None) -> None:
+        """Serve `catalog`; `unchecked`: the sections of the snapshot it was loaded from whose
+        check is still to come (nothing copies them before it, _sections_checked)."""
         self._catalog = catalog
+        self._unchecked = unchecked
         self._reader = RecordReader(self._log, catalog)
         self._generation = getattr(self, "_generation", 0) + 1
 
@@ -219,8 +223,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         """The catalog's way back to a version's record (in the log the store has now)."""
         return read_message_at(self._log, offset, length, codec.decode_message)
 
-    def _verify_covered(self, end: int) -> None:
-        deferred, self._findings.deferred = self._findings.deferred, []
+    def _verify_covered(self, end: int, unchecked: recovery.Unchecked) -> None:
         generation = self._generation
 
         def apply(bad: str | None, damage: list[recovery.Damage]) -> None:
@@ -231,9 +234,8 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
                 self._findings.damage(start, reason, stop - start)
                 self._catalog.drop_damaged(start, stop)
 
-        self._verified_generation = self._generation  # (the state those sections are in)
         self._verifier = recovery.verify_covered(
-            self._log, end, deferred, apply, self._mutex,
+            self._log, end, unchecked, apply, self._mutex,
             lambda: self._log is not None and self._generation == generation)
 
     def _reload_from_log(self, why: str) -> None:
@@ -271,8 +273,9 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         log.error("%s: rebuilding the in-memory state from the log", why)
         self._set_catalog(self._empty_catalog())
         start = codec.LOG_HEADER_SIZE
+        # (every section checked now: no background pass follows to check deferred ones)
         loaded = recovery.load_snapshot(self.directory, self._log, self._read_record,
-                                        recovery.Findings())
+                                        recovery.Findings(), defer=False)
         if loaded is not None:
             catalog, start, _ = loaded
             self._set_catalog(catalog)
@@ -340,20 +343,19 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
 
     def _sections_checked(self, wait: bool) -> bool:
         """Whether the state may be copied into a new snapshot (a rebuild's and a backup's
-        too): not while snapshot sections whose check was deferred at open are unchecked (a
-        copy would carry their damage on under fresh checksums, past every later check). With `wait` they are checked
-        now; damage found then rebuilds the state from the log, a state with nothing unchecked
-        (False: the caller's copy of the old state is not to be made)."""
-        verification = self._verifier
-        if (verification is None or verification.sections_checked()
-                or self._verified_generation != self._generation):  # (a state of its own since)
+        too): not while sections of the snapshot it was loaded from are unchecked (a copy would
+        carry their damage on under fresh checksums, past every later check). With `wait`
+        they are checked now; damage found then rebuilds the state from the log, a state with
+        nothing unchecked (False: the caller's copy of the old state is not to be made)."""
+        unchecked = self._unchecked
+        if unchecked is None or unchecked.done():
             return True
         if not wait:
             return False
-        bad = verification.check_sections()
+        bad = unchecked.check()
         if bad is None:
             return True
-        verification.cancel()  # (its thread must not apply this again)
+        # (a new state: the background pass, finding the same, applies nothing to it)
         self._reload_from_log(f"snapshot section {bad!r} is damaged; state rebuilt from the log")
         return False
 

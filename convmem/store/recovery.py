@@ -39,8 +39,7 @@ VERIFY_DELAY_SECONDS = 1.0
 # 1M messages that is 9 MB instead of 122 (every section but the index's big ones), and open +
 # first query with the page cache dropped went from 184.5 to 136.7 ms (benchmarks/open_latency.py
 # open --drop-caches, paired). Until the check has run, a snapshot written from the state would
-# copy those sections under fresh checksums: MemoryStore checks them first
-# (Verification.check_sections).
+# copy those sections under fresh checksums: MemoryStore checks them first (Unchecked).
 DEFER_SECTION_BYTES = 1024 * 1024
 # A replay of the whole log from this size on (a store without a current snapshot, e.g. one
 # written by an older tokenizer) reports its progress on stderr, every 10%.
@@ -73,14 +72,16 @@ class Findings:
 
 # -- snapshot -------------------------------------------------------------------------------
 def load_snapshot(directory: Path, logfile: LogFile, read_record: ReadRecord,
-                  findings: Findings) -> tuple[Catalog, int, dict[str, Any]] | None:
+                  findings: Findings, defer: bool = True,
+                  ) -> tuple[Catalog, int, dict[str, Any]] | None:
     """The state of the snapshot if it belongs to this log: (catalog, the log offset it covers,
     its meta); None when there is none or it cannot be used (findings say why when that is
-    damage rather than another version)."""
+    damage rather than another version). With `defer`, the big sections of a big snapshot are
+    left unchecked, in `findings.deferred`, for the caller to check later."""
     path = directory / SNAPSHOT_NAME
     # The big sections of a big snapshot are checksummed in the background (with the log); a
     # bad one then rebuilds the state from the log.
-    big = snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
+    big = defer and snapshot_size(path) > VERIFY_IN_FOREGROUND_BYTES
     deferred: Deferred = []
 
     def defer(name: str, view: memoryview, expected: Expected) -> bool:
@@ -273,7 +274,10 @@ def scan_windowed(mm: mmap.mmap, pos: int, end: int,
 
 
 # -- verification of what the snapshot stood in for -------------------------------------------
-def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
+VerifyResult = tuple[str | None, list[Damage]]  # (first bad snapshot section, log damage)
+
+
+def verify_covered(logfile: LogFile, end: int, unchecked: "Unchecked",
                    apply: Callable[[str | None, list[Damage]], None],
                    lock: threading.RLock, still_current: Callable[[], bool],
                    ) -> "Verification | None":
@@ -287,62 +291,68 @@ def verify_covered(logfile: LogFile, end: int, deferred: Deferred,
     returns that Verification.
     """
     mm = logfile.map()
-    if not deferred and end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+
+    def check() -> VerifyResult:
         try:
-            apply(None, find_damage(mm, end) if mm is not None else [])
+            bad = unchecked.check(drop=True)
+            return bad, (find_damage(mm, end) if mm is not None and bad is None else [])
         finally:
             if mm is not None:
                 mm.close()
+
+    if unchecked.done() and end - codec.LOG_HEADER_SIZE <= VERIFY_IN_FOREGROUND_BYTES:
+        apply(*check())
         return None
-    verification = Verification(deferred)
+
+    cancelled = threading.Event()
 
     def verify() -> None:
-        try:
-            if verification.cancelled.wait(VERIFY_DELAY_SECONDS):
-                return  # (closed before it began: the next open verifies)
-            bad = verification.check_sections(drop=True)
-            damage = find_damage(mm, end) if mm is not None and bad is None else []
-        finally:
+        if cancelled.wait(VERIFY_DELAY_SECONDS):
             if mm is not None:
                 mm.close()
+            return  # (closed before it began: the next open verifies)
+        result = check()
         with lock:
-            if still_current() and not verification.cancelled.is_set():
-                apply(bad, damage)
+            if still_current():
+                apply(*result)
 
-    verification.thread = background_thread(verify, "convmem-verify")
-    verification.thread.start()
-    return verification
+    thread = background_thread(verify, "convmem-verify")
+    thread.start()
+    return Verification(thread, cancelled)
 
 
-class Verification:
-    """A background verification (verify_covered): join() waits for its end; cancel() drops it
-    if it has not begun (a store being closed) and its outcome if it has not been applied yet.
-
-    check_sections() is the deferred sections' check, done once: by the thread, or at once by a
-    caller that is about to copy those sections into a new snapshot."""
+class Unchecked:
+    """The snapshot sections whose checksums an open left for later (load_snapshot's
+    `findings.deferred`), kept with the state they were loaded into: checked once, by the
+    background pass or at once by a caller about to copy them into a new file."""
 
     def __init__(self, deferred: Deferred) -> None:
-        self.thread: threading.Thread | None = None
-        self.cancelled = threading.Event()
         self._deferred = deferred
-        self._checked = threading.Lock()  # (held while the sections are checked)
+        self._lock = threading.Lock()  # (held while they are checked)
         self._bad: str | None = None
 
-    def sections_checked(self) -> bool:
+    def done(self) -> bool:
         return not self._deferred
 
-    def check_sections(self, drop: bool = False) -> str | None:
-        """The first damaged deferred section, or None; checks them if that has not been done
-        (with `drop`, each piece's pages are dropped once hashed: snapshot.verify_deferred)."""
-        with self._checked:
+    def check(self, drop: bool = False) -> str | None:
+        """The first damaged section, or None; checks them if that has not been done (with
+        `drop`, each piece's pages are dropped once hashed: snapshot.verify_deferred)."""
+        with self._lock:
             if self._deferred:
                 self._bad = verify_deferred(self._deferred, drop=drop)
                 self._deferred = []
             return self._bad
 
+
+class Verification:
+    """A background verification (verify_covered): join() waits for its end; cancel() drops it
+    if it has not begun (a store being closed)."""
+
+    def __init__(self, thread: threading.Thread, cancelled: threading.Event) -> None:
+        self.thread, self._cancelled = thread, cancelled
+
     def join(self, timeout: float | None = None) -> None:
-        if self.thread is not None:
-            self.thread.join(timeout)
+        self.thread.join(timeout)
 
     def cancel(self) -> None:
-        self.cancelled.set()
+        self._cancelled.set()

@@ -354,7 +354,7 @@ def test_a_snapshot_written_before_the_deferred_check_does_not_carry_its_damage(
     before = damage_section(tmp_path, section)
     defer_every_section(monkeypatch)
     s = MemoryStore.open(tmp_path)
-    assert s._verifier is not None and not s._verifier.sections_checked()
+    assert s._unchecked is not None and not s._unchecked.done()
     s.write_message(session_id="s", role="user", content="message number 3")
     s.close()
     meta, arrays = read_snapshot(tmp_path / SNAP)  # (every checksum good)
@@ -377,7 +377,7 @@ def test_a_periodic_snapshot_waits_for_the_deferred_check(tmp_path, monkeypatch)
         for i in range(3, 6):
             s.write_message(session_id="s", role="user", content=f"message number {i}")
         assert s.get_system_health()["io"]["replace_calls"] == replaced
-        assert s._verifier.check_sections() is None  # (what the background pass does first)
+        assert s._unchecked.check() is None  # (what the background pass does first)
         s.write_message(session_id="s", role="user", content="message number 6")
         s._wait_snapshot()
         assert s.get_system_health()["io"]["replace_calls"] == replaced + 1
@@ -392,6 +392,22 @@ def test_rebuild_index_checks_the_deferred_sections_it_would_copy(tmp_path, monk
         s.rebuild_index()  # (a rebuild that succeeds clears last_error)
         assert s.get_system_health()["snapshot_valid"] is False
         assert any("'slot_ts' is damaged" in r.getMessage() for r in caplog.records)
+        assert live_contents(s) == [f"message number {i}" for i in range(3)]
+    meta, arrays = read_snapshot(tmp_path / SNAP)
+    assert np.array_equal(arrays["slot_ts"], before)
+
+
+def test_a_state_rebuilt_from_the_snapshot_checks_every_section_first(tmp_path, monkeypatch):
+    """After in-memory work failed (Applying), the state is loaded again from the snapshot and
+    the log; no background pass follows that load, so it defers nothing: the damage is found
+    there, and the snapshot written next holds the log's values."""
+    make_store(tmp_path, keep_snapshot=True)
+    before = damage_section(tmp_path, "slot_ts")
+    defer_every_section(monkeypatch)
+    with MemoryStore.open(tmp_path) as s:
+        s._unchecked = None  # (as if the open's sections were checked: the reload is on its own)
+        s._rebuild_state("a test")
+        assert s._unchecked is None
         assert live_contents(s) == [f"message number {i}" for i in range(3)]
     meta, arrays = read_snapshot(tmp_path / SNAP)
     assert np.array_equal(arrays["slot_ts"], before)
