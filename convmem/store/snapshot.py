@@ -101,8 +101,8 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     # against 59 with the same sections spread over the file).
     # (Not the smallest first: the last section would then be a big per-doc array, which has
     # no file bytes after it for a private map's room, read_snapshot.)
-    for name, arr in sorted(arrays.items(), key=lambda item: -np.asarray(item[1]).nbytes):
-        arr = np.asarray(arr)
+    as_arrays = [(name, np.asarray(arr)) for name, arr in arrays.items()]
+    for name, arr in sorted(as_arrays, key=lambda item: -item[1].nbytes):
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
         view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
