@@ -12,7 +12,11 @@ same grouped by which filters a query carries and by one word or more (a single 
 is what a filter takes away); the windows skipped with and without the filter;
 and over the whole set, how many queries take `--under` ms or less (the share a p50 target
 needs). The block maxima bound every message of a block whatever its kind, tier, tags or
-importance, which is what this measures (docs/SCORING.md, "Pruning").
+importance; the filter maxima bound the messages of the kinds, tiers and importance asked
+(docs/SCORING.md, "Pruning" and "Filter maxima"). Each filtered query also runs a third time
+with the filter maxima switched off (`SearchIndex._set_filter_maxima(False)`, as a snapshot
+written before them is served): the `no_maxima` figures, and the set's p50 and count under
+`--under` that way, are the before of the same run.
 """
 from __future__ import annotations
 
@@ -42,14 +46,19 @@ def filter_names(q: dict[str, Any]) -> str:
     return "+".join(names)
 
 
-def timed(eng: Any, q: dict[str, Any], rounds: int) -> tuple[float, int]:
-    """Best time in ms over `rounds` and the windows skipped (of the last run)."""
+def timed(eng: Any, q: dict[str, Any], rounds: int, maxima: bool = True) -> tuple[float, int]:
+    """Best time in ms over `rounds` and the windows skipped (of the last run); `maxima` False
+    bounds blocks without the filter maxima."""
     ix = eng.store._catalog.index
     best = math.inf
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        eng.search_core(q)
-        best = min(best, time.perf_counter() - t0)
+    ix._set_filter_maxima(maxima)
+    try:
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            eng.search_core(q)
+            best = min(best, time.perf_counter() - t0)
+    finally:
+        ix._set_filter_maxima(True)
     return best * 1e3, int(ix.last_windows_skipped)
 
 
@@ -62,23 +71,29 @@ def run(store_dir: Path, queries: int, rounds: int, seed: int, under_ms: float) 
         for q in qs[: min(100, len(qs))]:  # (warm-up)
             eng.search_core(q)
         every: list[float] = []
+        every_before: list[float] = []      # the same, filtered queries without filter maxima
         rows: list[dict[str, Any]] = []
         for i, q in enumerate(qs):
             names = filter_names(q)
             if not names:
                 every.append(timed(eng, q, rounds)[0])
+                every_before.append(every[-1])
                 continue
             bare = {k: v for k, v in q.items() if k not in FILTER_ARGS}
-            pair = [(q, "filtered"), (bare, "bare")]
+            runs = [(q, "filtered", True), (bare, "bare", True), (q, "no_maxima", False)]
+            runs = runs[i % 3:] + runs[:i % 3]
             got: dict[str, tuple[float, int]] = {}
-            for one, name in pair if i % 2 == 0 else pair[::-1]:
-                got[name] = timed(eng, one, rounds)
+            for one, name, maxima in runs:
+                got[name] = timed(eng, one, rounds, maxima)
             every.append(got["filtered"][0])
+            every_before.append(got["no_maxima"][0])
             rows.append({"query": q["query"], "filters": names, "words": len(q["query"].split()),
                          "filtered_ms": round(got["filtered"][0], 4),
                          "bare_ms": round(got["bare"][0], 4),
+                         "no_maxima_ms": round(got["no_maxima"][0], 4),
                          "filtered_windows_skipped": got["filtered"][1],
-                         "bare_windows_skipped": got["bare"][1]})
+                         "bare_windows_skipped": got["bare"][1],
+                         "no_maxima_windows_skipped": got["no_maxima"][1]})
     finally:
         eng.close()
     groups: dict[str, list[dict[str, Any]]] = {}
@@ -89,15 +104,21 @@ def run(store_dir: Path, queries: int, rounds: int, seed: int, under_ms: float) 
         return {"queries": len(rs),
                 "filtered_p50_ms": round(statistics.median(r["filtered_ms"] for r in rs), 4),
                 "bare_p50_ms": round(statistics.median(r["bare_ms"] for r in rs), 4),
+                "no_maxima_p50_ms": round(statistics.median(r["no_maxima_ms"] for r in rs), 4),
                 "ratio_median": round(statistics.median(
                     r["filtered_ms"] / max(r["bare_ms"], 1e-6) for r in rs), 3),
+                "maxima_ratio_median": round(statistics.median(
+                    r["filtered_ms"] / max(r["no_maxima_ms"], 1e-6) for r in rs), 3),
                 "windows_skipped_median": {
                     "filtered": statistics.median(r["filtered_windows_skipped"] for r in rs),
-                    "bare": statistics.median(r["bare_windows_skipped"] for r in rs)}}
+                    "bare": statistics.median(r["bare_windows_skipped"] for r in rs),
+                    "no_maxima": statistics.median(r["no_maxima_windows_skipped"] for r in rs)}}
 
     return {"messages": n, "queries": len(qs), "rounds": rounds,
             "set_p50_ms": round(statistics.median(every), 4),
+            "set_p50_ms_no_maxima": round(statistics.median(every_before), 4),
             "under_ms": under_ms, "queries_under": sum(t <= under_ms for t in every),
+            "queries_under_no_maxima": sum(t <= under_ms for t in every_before),
             "filtered": summary(rows) if rows else None,
             "filtered_over": sum(r["filtered_ms"] > under_ms for r in rows),
             "by_filters": {name: summary(rs) for name, rs in sorted(groups.items())},

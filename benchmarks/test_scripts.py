@@ -240,9 +240,11 @@ def test_filter_cost(store: Path, tmp_path: Path) -> None:
                          "--rounds", "1", data=tmp_path).stdout)
     assert res["messages"] == STORE_SIZE and res["queries"] == 40
     rows = res["rows"]
-    assert rows and all(r["filters"] and r["filtered_ms"] > 0 and r["bare_ms"] > 0 for r in rows)
+    assert rows and all(r["filters"] and r["filtered_ms"] > 0 and r["bare_ms"] > 0
+                        and r["no_maxima_ms"] > 0 for r in rows)
     assert sum(g["queries"] for g in res["by_filters"].values()) == len(rows)
     assert res["filtered"]["queries"] == len(rows) and 0 <= res["queries_under"] <= 40
+    assert 0 <= res["queries_under_no_maxima"] <= 40 and res["set_p50_ms_no_maxima"] > 0
     bad = run("filter_cost.py", "--store", str(store), "--rounds", "0", data=tmp_path, ok=False)
     assert bad.returncode == 2 and "must be positive" in bad.stderr
     missing = run("filter_cost.py", "--store", str(tmp_path / "none"), data=tmp_path, ok=False)

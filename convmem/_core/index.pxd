@@ -29,6 +29,7 @@ cdef class SearchIndex:
     cdef double _k1
     cdef double _lead
     cdef bint _cjk_weights
+    cdef bint _filter_maxima   # block bounds from the filter maxima (_set_filter_maxima)
     cdef double _w[3]
     cdef double _b[3]
     cdef int64_t _n_docs

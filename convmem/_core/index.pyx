@@ -52,8 +52,9 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
                                     garr_claim, garr_grow, garr_own, garr_reserve, mix64,
                                     term_table_fill, term_table_put)
 from convmem._core.postings import DamagedPostings
-from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP, IX_ULID,
-                                     FieldPostings, PList,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
+                                     IX_BX_KINDS, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
+                                     IX_ULID, DocCols, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
                                      _merge_newest,
@@ -210,6 +211,7 @@ cdef class SearchIndex:
         self._k1 = k1
         self._lead = LEAD_WEIGHT
         self._cjk_weights = True
+        self._filter_maxima = True
         for f in range(3):
             self._w[f] = weights[f]
             self._b[f] = b[f]
@@ -711,6 +713,7 @@ cdef class SearchIndex:
         cdef double c0[3]
         cdef double cb[3]
         cdef uint32_t lo = self._buf_lo
+        cdef DocCols cols = _doc_cols(self)
         if <int64_t>lo == self._n_docs:
             return 0
         if nbt > 1:
@@ -719,7 +722,7 @@ cdef class SearchIndex:
         seg = _chains_segment(terms, nbt, head, <const uint32_t*>self._b_doc.data,
                               <const uint8_t*>self._b_tf.data, <const uint8_t*>self._b_field.data,
                               <const int32_t*>self._b_next.data, <const uint8_t*>self._meta.data,
-                              lo, <uint32_t>self._n_docs, <const uint32_t*>self._lens.data, c0, cb)
+                              lo, <uint32_t>self._n_docs, &cols, c0, cb)
         for i in range(nbt):
             head[terms[i]] = -1
         self._b_terms.len = 0
@@ -744,10 +747,10 @@ cdef class SearchIndex:
         """After a flush: the merge policy (postings._merge_newest, merge_factor at a time)."""
         cdef double c0[3]
         cdef double cb[3]
+        cdef DocCols cols = _doc_cols(self)
         self._norm(c0, cb)
         self._set_segments(_merge_newest(list(self._segs), max(self.merge_factor, 2),
-                                         <const uint8_t*>self._meta.data,
-                                         <const uint32_t*>self._lens.data, c0, cb))
+                                         <const uint8_t*>self._meta.data, &cols, c0, cb))
         return 0
 
     @property
@@ -764,12 +767,14 @@ cdef class SearchIndex:
         cdef _Segment m
         cdef double c0[3]
         cdef double cb[3]
+        cdef DocCols cols
         self._flush()
         self._norm(c0, cb)
+        cols = _doc_cols(self)
         segs = self._segs
         if len(segs) > 1 or (len(segs) == 1 and (<_Segment>segs[0]).v.n_dead > 0):
-            m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL,
-                       <const uint32_t*>self._lens.data, (<_Segment>segs[0]).v.doc_lo,
+            m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL, &cols,
+                       (<_Segment>segs[0]).v.doc_lo,
                        (<_Segment>segs[len(segs) - 1]).v.doc_hi, c0, cb)
             self._set_segments([m] if _nonempty(m) else [])
 
@@ -970,6 +975,8 @@ cdef class SearchIndex:
             bi = lower_bound_u32(fp.bm_terms, 0, fp.n_bm, <uint32_t>li)
             if bi < fp.n_bm and fp.bm_terms[bi] == <uint32_t>li:
                 L.bm = fp.bm + fp.bm_off[bi]
+                if fp.bx != NULL:
+                    L.bx = fp.bx + <int64_t>IX_BX * fp.bm_off[bi]
                 L.bmf = q.w[f] * (fp.bm_cb / q.cb[f] if fp.bm_cb > q.cb[f] else 1.0)
         L.seg = <int32_t>s
         L.field = f
@@ -1049,6 +1056,8 @@ cdef class SearchIndex:
             q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
                            and (tier_mask >> ((m >> 3) & 3)) & 1 == 1
                            and (role_mask >> ((m >> 5) & 3)) & 1 == 1)
+        _set_bx_columns(&q, kind_mask, tier_mask, min_importance)
+        q.bx_on = q.bx_on and self._filter_maxima
         q.session = session
         q.min_imp = <int32_t>max(-1, min(min_importance, 101))
         q.tags = _ptr(tg)
@@ -1145,6 +1154,12 @@ cdef class SearchIndex:
         """Benchmarks: weigh the query's CJK bigrams (docs/SCORING.md "Query weights") or not."""
         self._cjk_weights = on
 
+    def _set_filter_maxima(self, bint on) -> None:
+        """Tests and benchmarks: bound a filtered query's blocks by the filter maxima of the
+        kinds, tiers and importance it asks (docs/SCORING.md "Pruning"), or by the blocks'
+        maxima alone, as a snapshot written before them does. Results are the same."""
+        self._filter_maxima = on
+
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
         if n <= 0 or n % 64 != 0 or n > IX_WINDOW:
@@ -1164,8 +1179,10 @@ cdef class SearchIndex:
                                           (self._b[0], self._b[1], self._b[2]))
         out._lead = self._lead
         out._cjk_weights = self._cjk_weights
+        out._filter_maxima = self._filter_maxima
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
         cdef int64_t i, j, o, nt, cap
+        cdef DocCols cols
         cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)
         cdef cnp.ndarray tmap = np.full(T, -1, dtype=np.int64)
         cdef int64_t* o2n = <int64_t*>cnp.PyArray_DATA(old_to_new)
@@ -1233,8 +1250,8 @@ cdef class SearchIndex:
         out._buf_lo = <uint32_t>nl
         if self._segs:
             out._norm(c0, cb)
-            m = _merge(self._segs, meta, o2n, tm, <const uint32_t*>out._lens.data, 0, <uint32_t>nl,
-                       c0, cb)
+            cols = _doc_cols(out)
+            m = _merge(self._segs, meta, o2n, tm, &cols, 0, <uint32_t>nl, c0, cb)
             if _nonempty(m):
                 out._set_segments([m])
         return out, old_to_new
@@ -1243,7 +1260,7 @@ cdef class SearchIndex:
         """Bytes held (capacity, not length), by part; borrowed (mmap'd) arrays included."""
         cdef int64_t postings = 0
         for s in self._segs:
-            for arr in (<_Segment>s).arrays + (<_Segment>s).bm_arrays:
+            for arr in (<_Segment>s).arrays + (<_Segment>s).bm_arrays + (<_Segment>s).bx_arrays:
                 postings += arr.nbytes
         if self._cx is not None:
             postings += self._cx[0].nbytes + self._cx[1].nbytes
@@ -1413,6 +1430,7 @@ cdef class SearchIndex:
         cdef int f
         cdef double c0[3]
         cdef double cb[3]
+        cdef DocCols cols
         if int(arrays["format"]) != IX_ARRAYS_FORMAT:
             raise ValueError(f"unknown index arrays format {int(arrays['format'])}")
         n = int(arrays["n_docs"])
@@ -1458,7 +1476,7 @@ cdef class SearchIndex:
             if nt and (int(terms[nt - 1]) >= T or not bool(np.all(terms[1:] > terms[:nt - 1]))):
                 raise ValueError(f"bad post_terms_{name}")
             seg_arrays += [terms, offsets, data]
-        bm = bm_cb = None
+        bm = bm_cb = bx = None
         if "bm_cb" not in arrays:                    # computing them decodes every list: check first
             for f, name in enumerate(FIELDS):
                 if not _lists_ok(seg_arrays[3 * f + 1], seg_arrays[3 * f + 2], <uint32_t>n, f):
@@ -1470,6 +1488,8 @@ cdef class SearchIndex:
                 bm += [_arr(arrays, f"bm_terms_{name}", np.uint32, None),
                        _arr(arrays, f"bm_off_{name}", np.uint32, None),
                        _arr(arrays, f"bm_{name}", np.float32, None)]
+            if "bx_content" in arrays:               # (snapshots written before them: none)
+                bx = [_arr(arrays, f"bx_{name}", np.uint8, None) for name in FIELDS]
         ix._n_docs = n
         ix._n_live = nl
         for f in range(3):
@@ -1477,8 +1497,9 @@ cdef class SearchIndex:
         ix._buf_lo = <uint32_t>n
         if any(seg_arrays[3 * f + 2].shape[0] for f in range(3)):
             ix._norm(c0, cb)
-            ix._set_segments([_adopted_segment(<uint32_t>n, seg_arrays, bm, bm_cb,
-                                               <const uint32_t*>ix._lens.data, c0, cb)])
+            cols = _doc_cols(ix)
+            ix._set_segments([_adopted_segment(<uint32_t>n, seg_arrays, bm, bm_cb, bx, &cols,
+                                               c0, cb)])
             if bm is not None and "cx_chars" in arrays:
                 chars = _cx_chars(arrays)
                 cx_df = _arr(arrays, "cx_df", np.uint32, chars.shape)
@@ -1487,6 +1508,45 @@ cdef class SearchIndex:
                 ix._cx = (chars, cx_df, _cx_segment(arrays, <uint32_t>n))
                 ix._cx_for = ix._segs[0]
         return ix
+
+
+cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
+                          int64_t min_importance) noexcept:
+    """The filter maxima columns a block bound takes for these filters (Query.bx_*): a kind
+    mask that leaves some kind out and asks no kind past the six, a tier mask that leaves some
+    tier out, an importance floor of at least IX_BX_IMP_FLOOR (the highest floor not above it)."""
+    cdef int i
+    q.bx_nk = 0
+    q.bx_nt = 0
+    q.bx_imp = -1
+    if (kind_mask & 0xFF) >> IX_BX_KINDS == 0 and (kind_mask & 0x3F) != 0x3F:
+        for i in range(IX_BX_KINDS):
+            if (kind_mask >> i) & 1:
+                q.bx_kinds[q.bx_nk] = <uint8_t>i
+                q.bx_nk += 1
+        if q.bx_nk == 0:                             # no kind asked: no doc passes anyway
+            q.bx_kinds[0] = 0
+            q.bx_nk = 1
+    if (tier_mask & 0x0F) != 0x0F:
+        for i in range(4):
+            if (tier_mask >> i) & 1:
+                q.bx_tiers[q.bx_nt] = <uint8_t>i
+                q.bx_nt += 1
+        if q.bx_nt == 0:
+            q.bx_tiers[0] = 0
+            q.bx_nt = 1
+    if min_importance >= IX_BX_IMP_FLOOR:
+        q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1, (min_importance - IX_BX_IMP_FLOOR) // 10)
+    q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0
+
+
+cdef DocCols _doc_cols(SearchIndex ix) noexcept:
+    """The index's doc columns the block maxima of its segments are taken from."""
+    cdef DocCols c
+    c.lens = <const uint32_t*>ix._lens.data
+    c.meta = <const uint8_t*>ix._meta.data
+    c.imp = <const uint8_t*>ix._imp.data
+    return c
 
 
 cdef tuple _empty_result():

@@ -43,6 +43,14 @@ cdef enum:
     IX_LEAD_KEYS = 16       # the lead: the first 16 content keys (a CJK bigram a quarter key)
     IX_ULID = 16
     IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, 3-4 tier, 5-6 role
+    # Filter maxima (FieldPostings.bx): IX_BX bytes a block, the block's maximum over the docs of
+    # one kind (columns 0-5), one tier (6-9), or importance >= IX_BX_IMP_FLOOR + 10 i (10-15)
+    IX_BX = 16
+    IX_BX_TIER = 6
+    IX_BX_IMP = 10
+    IX_BX_IMP_N = 6
+    IX_BX_IMP_FLOOR = 40
+    IX_BX_KINDS = 6
 
 
 # The postings of one field in one segment: terms[i] has the compressed list
@@ -64,6 +72,10 @@ cdef struct FieldPostings:
     double bm_cb
     int64_t n_bm
     int64_t n_bmv           # values in bm (an adopted segment's last list's blocks end there)
+    # Filter maxima: IX_BX bytes per value of bm, each column's maximum (see IX_BX) as a share
+    # of bm rounded up, ceil(255 * max / bm) (0: no doc of the column in the block). NULL: not
+    # known (a segment adopted from a snapshot written before them, the character lists).
+    const uint8_t* bx
     # Lists not yet decoded once (a segment adopted from a snapshot is checked lazily, each list
     # on its first use, see _list_ready): checked[i] is 1 once list i passed _list_check, with
     # doc ids below doc_hi. NULL when every list is known good (built here, or all checked).
@@ -81,6 +93,14 @@ cdef struct SegView:
     FieldPostings f[3]
 
 
+# The per-doc columns block maxima are taken from, indexed by doc id: the field lengths (3 a
+# doc) and, for the filter maxima, doc_meta (kind, tier) and importance (meta NULL: none).
+cdef struct DocCols:
+    const uint32_t* lens
+    const uint8_t* meta
+    const uint8_t* imp
+
+
 # One compressed posting list (one term, one segment, one field), opened for reading:
 # blocks of IX_BLOCK postings; `skip` (NULL when there is one block) holds per block the last
 # doc id and the payload offset of the block.
@@ -89,6 +109,7 @@ cdef struct PList:
     const uint8_t* payload
     const uint8_t* end      # end of the field's data: the fast decoder reads 8 bytes at a time
     const float* bm         # per block bound of tf / norm (FieldPostings), NULL: not known
+    const uint8_t* bx       # per block IX_BX filter maxima (FieldPostings), NULL: not known
     double bmf              # the factor that makes bm a bound of x_f now: w * max(1, bm_cb / cb)
     int64_t n
     int64_t nb
@@ -139,6 +160,7 @@ cdef class _Segment:
     cdef SegView v
     cdef list arrays        # numpy arrays that hold the memory, 3 per field
     cdef list bm_arrays     # numpy arrays of the block maxima, 3 per field
+    cdef list bx_arrays     # the filter maxima, 1 per field (empty: not known)
     cdef uint8_t* checked_mem   # the checked[] bytes of the three fields (NULL: none)
 
 
@@ -298,6 +320,7 @@ cdef inline const uint8_t* _open_list(PList* L, const uint8_t* p, const uint8_t*
     L.payload = p
     L.end = end
     L.bm = NULL
+    L.bx = NULL
     L.field = field
     CM_ASSERT(L.n >= 1 and p <= end)
     return p
@@ -493,12 +516,12 @@ cdef int _seg_check_all(_Segment s) except -1
 # The segment of from_arrays: 9 arrays, block maxima either given (bm: 9 arrays, bm_cb: 3
 # values, validated against the lists' block counts) or computed as _segment does (bm None);
 # its lists are checked lazily (_list_ready).
-cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb,
-                               const uint32_t* lens, const double* c0, const double* cb)
+cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb, object bx,
+                               const DocCols* cols, const double* c0, const double* cb)
 
-# A segment of 9 arrays (terms, offsets, data for each field); lens (3 a doc, every doc of the
-# segment) and the index's length normalisation c0 + cb * len give the block maxima.
-cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens,
+# A segment of 9 arrays (terms, offsets, data for each field); the doc columns (every doc of
+# the segment) and the index's length normalisation c0 + cb * len give the block maxima.
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocCols* cols,
                        const double* c0, const double* cb)
 cdef list _empty_field_arrays()
 cdef bint _nonempty(_Segment s) noexcept
@@ -508,14 +531,14 @@ cdef bint _nonempty(_Segment s) noexcept
 cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* head,
                             const uint32_t* b_doc, const uint8_t* b_tf, const uint8_t* b_field,
                             const int32_t* b_next, const uint8_t* meta, uint32_t lo, uint32_t hi,
-                            const uint32_t* lens, const double* c0, const double* cb)
+                            const DocCols* cols, const double* c0, const double* cb)
 # One segment with the live postings of `segs` (ascending doc ranges); dmap/tmap (may be NULL)
 # renumber docs/terms and must be increasing on what is kept.
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
-                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
+                     const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
                      const double* cb)
 # The merge policy after a flush: the newest segments merged, F at a time (2 a binary counter).
-cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const uint32_t* lens,
+cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
                         const double* c0, const double* cb)
 # Character lists of segment seg (every list is checked first: ValueError when one is damaged):
 # for each code point c of the CJK unigram and bigram keys (keys[0:T], by term id) whose group

@@ -8,7 +8,7 @@ segment holds, _common's GArr (PyMem_Raw*, grown without the GIL) while one is b
 """
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawCalloc, PyMem_RawFree
-from libc.math cimport INFINITY, nextafterf
+from libc.math cimport INFINITY, ceil, nextafterf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -206,22 +206,37 @@ cdef class _Segment:
     def __cinit__(self):
         self.arrays = []
         self.bm_arrays = []
+        self.bx_arrays = []
         self.checked_mem = NULL
 
     def __dealloc__(self):
         PyMem_RawFree(self.checked_mem)
 
 
-cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, double c0, double cb,
-                      uint32_t* bterms, uint32_t* boff, float* bm, int64_t* n_blocks) noexcept nogil:
-    """The block maxima of one field's lists of more than one block (see FieldPostings); with
-    bm NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
+cdef inline void _bx_fill(uint8_t* out, const double* mx, double r) noexcept nogil:
+    """A block's filter maxima (IX_BX doubles in mx) as shares of its bound r, rounded up."""
+    cdef int c
+    cdef double v
+    for c in range(IX_BX):
+        v = ceil(255.0 * mx[c] / r * (1.0 + 1e-12)) if r > 0.0 else 0.0
+        out[c] = <uint8_t>(255.0 if v > 255.0 else v)
+
+
+cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, int f, double c0, double cb,
+                      uint32_t* bterms, uint32_t* boff, float* bm, uint8_t* bx,
+                      int64_t* n_blocks) noexcept nogil:
+    """The block maxima of one field's lists of more than one block (see FieldPostings), and
+    their filter maxima when bx is given; with bm NULL only counts. Returns the number of such
+    lists; n_blocks gets their blocks."""
     cdef int64_t li, j, i, c, nl = 0, nbk = 0
     cdef PList L
     cdef uint32_t bd[IX_BLOCK]
     cdef uint8_t bt[IX_BLOCK]
+    cdef double fx[IX_BX]
     cdef double mx, v
     cdef float r
+    cdef uint8_t m, imp
+    cdef int t
     for li in range(fp.n_terms):
         _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, f)
         if L.nb < 2:
@@ -232,27 +247,45 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const uint32_t* lens, int f, doub
             for j in range(L.nb):
                 c = _block(&L, j, bd, bt)
                 mx = 0.0
+                if bx != NULL:
+                    memset(fx, 0, sizeof(fx))
                 for i in range(c):
-                    v = <double>(bt[i] & IX_TF_CAP) / (c0 + cb * <double>lens[3 * <int64_t>bd[i] + f])
+                    v = <double>(bt[i] & IX_TF_CAP) / (c0 + cb * <double>cols.lens[3 * <int64_t>bd[i] + f])
                     if v > mx:
                         mx = v
+                    if bx != NULL:
+                        m = cols.meta[bd[i]]
+                        if (m & 7) < IX_BX_KINDS and v > fx[m & 7]:
+                            fx[m & 7] = v
+                        if v > fx[IX_BX_TIER + ((m >> 3) & 3)]:
+                            fx[IX_BX_TIER + ((m >> 3) & 3)] = v
+                        imp = cols.imp[bd[i]]
+                        t = 0
+                        while t < IX_BX_IMP_N and imp >= IX_BX_IMP_FLOOR + 10 * t:
+                            if v > fx[IX_BX_IMP + t]:
+                                fx[IX_BX_IMP + t] = v
+                            t += 1
                 r = <float>mx
                 if <double>r < mx:                    # round up: it is a bound
                     r = nextafterf(r, INFINITY)
                 bm[nbk + j] = r
+                if bx != NULL:
+                    _bx_fill(bx + IX_BX * (nbk + j), fx, <double>r)
         nl += 1
         nbk += L.nb
     n_blocks[0] = nbk
     return nl
 
 
-cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint32_t* lens,
+cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocCols* cols,
                        const double* c0, const double* cb):
-    """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `lens` (the doc field
-    lengths, 3 a doc, for every doc of the segment) gives the block maxima, taken with the
-    length normalisation 1 / (c0 + cb * len) of the index statistics now (see FieldPostings)."""
+    """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `cols` (the doc field
+    lengths, 3 a doc, for every doc of the segment, and their kinds, tiers and importance) give
+    the block maxima, taken with the length normalisation 1 / (c0 + cb * len) of the index
+    statistics now, and their filter maxima (see FieldPostings)."""
     cdef _Segment s = _Segment.__new__(_Segment)
-    cdef cnp.ndarray terms, offsets, data, bterms, boff, bm
+    cdef cnp.ndarray terms, offsets, data, bterms, boff, bm, bx = None
+    cdef uint8_t* bxp = NULL
     cdef int64_t nl, nbk = 0
     cdef int f
     s.arrays = arrays
@@ -272,20 +305,26 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const uint
         s.v.f[f].doc_hi = doc_hi
         s.v.f[f].field = f
         with nogil:
-            nl = _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], NULL, NULL, NULL, &nbk)
+            nl = _bm_fill(&s.v.f[f], cols, f, c0[f], cb[f], NULL, NULL, NULL, NULL, &nbk)
         bterms = np.empty(nl, dtype=np.uint32)
         boff = np.empty(nl, dtype=np.uint32)
         bm = np.empty(nbk, dtype=np.float32)
+        if cols.meta != NULL:
+            bx = np.empty(IX_BX * nbk, dtype=np.uint8)
+            bxp = <uint8_t*>cnp.PyArray_DATA(bx)
         with nogil:
-            _bm_fill(&s.v.f[f], lens, f, c0[f], cb[f], <uint32_t*>cnp.PyArray_DATA(bterms),
-                     <uint32_t*>cnp.PyArray_DATA(boff), <float*>cnp.PyArray_DATA(bm), &nbk)
+            _bm_fill(&s.v.f[f], cols, f, c0[f], cb[f], <uint32_t*>cnp.PyArray_DATA(bterms),
+                     <uint32_t*>cnp.PyArray_DATA(boff), <float*>cnp.PyArray_DATA(bm), bxp, &nbk)
         s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
         s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
         s.v.f[f].bm = <const float*>cnp.PyArray_DATA(bm)
+        s.v.f[f].bx = bxp
         s.v.f[f].bm_cb = cb[f]
         s.v.f[f].n_bm = nl
         s.v.f[f].n_bmv = nbk
         s.bm_arrays += [bterms, boff, bm]
+        if bx is not None:
+            s.bx_arrays.append(bx)
     return s
 
 
@@ -308,7 +347,8 @@ cdef int _seg_check_all(_Segment s) except -1:
     return 0
 
 
-cdef int _bm_given(_Segment s, int f, object bterms, object boff, object bm, double bm_cb) except -1:
+cdef int _bm_given(_Segment s, int f, object bterms, object boff, object bm, double bm_cb,
+                   object bx) except -1:
     """Adopt stored block maxima for field f after checking their shape: bm_terms ascending,
     each naming a list, bm_off their first blocks in bm, from 0, at least two blocks each
     (only lists of more than one block have maxima) and within bm. Whether a list has as many
@@ -332,23 +372,30 @@ cdef int _bm_given(_Segment s, int f, object bterms, object boff, object bm, dou
                 break
     if bad or (nl == 0 and nbv != 0) or (nl > 0 and <int64_t>o[nl - 1] + 2 > nbv):
         raise ValueError("bad block maxima")
+    if bx is not None and bx.shape[0] != IX_BX * nbv:
+        raise ValueError("bad filter maxima")
     fp.bm_terms = &t[0] if nl else NULL
     fp.bm_off = &o[0] if nl else NULL
     fp.bm = &m[0] if nbv else NULL
+    fp.bx = NULL
+    if bx is not None and nbv:
+        fp.bx = <const uint8_t*>cnp.PyArray_DATA(bx)
     fp.bm_cb = bm_cb
     fp.n_bm = nl
     fp.n_bmv = nbv
     s.bm_arrays += [bterms, boff, bm]
+    if bx is not None:
+        s.bx_arrays.append(bx)
     return 0
 
 
-cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb,
-                               const uint32_t* lens, const double* c0, const double* cb):
+cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object bm_cb, object bx,
+                               const DocCols* cols, const double* c0, const double* cb):
     cdef _Segment s
     cdef int f
     cdef int64_t total = 0, at = 0
     if bm is None:
-        s = _segment(0, doc_hi, arrays, lens, c0, cb)
+        s = _segment(0, doc_hi, arrays, cols, c0, cb)
     else:
         s = _Segment.__new__(_Segment)
         s.arrays = arrays
@@ -369,9 +416,11 @@ cdef _Segment _adopted_segment(uint32_t doc_hi, list arrays, object bm, object b
             s.v.f[f].bm_terms = NULL
             s.v.f[f].bm_off = NULL
             s.v.f[f].bm = NULL
+            s.v.f[f].bx = NULL
             s.v.f[f].bm_cb = 0.0
         for f in range(3):
-            _bm_given(s, f, bm[3 * f], bm[3 * f + 1], bm[3 * f + 2], float(bm_cb[f]))
+            _bm_given(s, f, bm[3 * f], bm[3 * f + 1], bm[3 * f + 2], float(bm_cb[f]),
+                      bx[f] if bx is not None else None)
     for f in range(3):
         total += s.v.f[f].n_terms
     s.checked_mem = <uint8_t*>PyMem_RawCalloc(<size_t>(total + 1), 1)
@@ -523,7 +572,7 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
 
 
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
-                     const uint32_t* lens, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
+                     const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
                      const double* cb):
     """One segment with the live postings of `segs` (ascending doc ranges)."""
     cdef int64_t k = len(segs), s
@@ -556,12 +605,12 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         garr_free(&ttfs)
         PyMem_Free(views)
         PyMem_Free(cur)
-    return _segment(doc_lo, doc_hi, arrays, lens, c0, cb)
+    return _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
 
 
 
 
-cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const uint32_t* lens,
+cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
                         const double* c0, const double* cb):
     """The merge policy after a flush (counting live docs): the two newest segments while the
     older is not larger (F == 2, a binary counter: a posting is rewritten about log2 of the
@@ -576,7 +625,7 @@ cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const uint32_
         if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (1 if F == 2 else 2) * (
                 b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
             break
-        m = _merge(segs[len(segs) - F:], meta, NULL, NULL, lens, a.v.doc_lo, b.v.doc_hi, c0, cb)
+        m = _merge(segs[len(segs) - F:], meta, NULL, NULL, cols, a.v.doc_lo, b.v.doc_hi, c0, cb)
         segs = segs[:len(segs) - F] + ([m] if _nonempty(m) else [])
     return segs
 
@@ -590,7 +639,7 @@ cdef void _out_init_empty(FieldOut* o) noexcept nogil:
 cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* head,
                             const uint32_t* b_doc, const uint8_t* b_tf, const uint8_t* b_field,
                             const int32_t* b_next, const uint8_t* meta, uint32_t lo, uint32_t hi,
-                            const uint32_t* lens, const double* c0, const double* cb):
+                            const DocCols* cols, const double* c0, const double* cb):
     """The buffer's live postings as a segment of docs [lo, hi), or None when none is left."""
     cdef int64_t i, f
     cdef int64_t cnt[3]
@@ -650,7 +699,7 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
             garr_free(&ttfs[f])
     if not any(arrays[3 * f + 2].shape[0] for f in range(3)):
         return None
-    return _segment(lo, hi, arrays, lens, c0, cb)
+    return _segment(lo, hi, arrays, cols, c0, cb)
 
 
 cdef bint _nonempty(_Segment s) noexcept:
@@ -745,6 +794,7 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
     cdef uint32_t c, t, doc_lo = seg.v.doc_lo, doc_hi = seg.v.doc_hi
     cdef uint64_t n
     cdef const FieldPostings* fp
+    cdef DocCols cols
     cdef FieldOut outs[3]
     cdef GArr chars
     cdef int rc = 0
@@ -823,7 +873,11 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
         PyMem_RawFree(tfs)
     if out_chars.shape[0] == 0:
         return None
-    return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, lens, c0, cb)
+    # (no filter maxima: the character lists are adopted without them, _cx_segment)
+    cols.lens = lens
+    cols.meta = NULL
+    cols.imp = NULL
+    return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, &cols, c0, cb)
 
 
 # The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by

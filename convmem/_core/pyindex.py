@@ -287,6 +287,9 @@ class SearchIndex:
     def _set_cjk_weights(self, on: bool) -> None:
         self._cjk_weights = bool(on)
 
+    def _set_filter_maxima(self, on: bool) -> None:
+        """The compiled index's switch for its filter maxima; the twin does not prune."""
+
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:
             raise ValueError("window must be a positive multiple of 64, at most 4096")

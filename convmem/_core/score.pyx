@@ -29,7 +29,8 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_store_relaxed,
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
-from convmem._core.postings cimport (IX_BLOCK, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID, Cursor, PList,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TIER, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID,
+                                     Cursor, PList,
                                      SegView, _block, _block_last, _cmp_u32, _cur_open,
                                      _find_block, _seek)
 
@@ -206,6 +207,8 @@ cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
         s.cblk = 0
         s.last1 = s.bd[s.ccnt - 1]
         for i in range(s.ccnt):
+            if not q.okmeta[q.meta[s.bd[i]]]:          # (never scored: no bound from it)
+                continue
             v = q.w[f] * <double>(s.bt[i] & IX_TF_CAP) / (q.c0[f] + q.cb[f] * <double>q.lens[3 * <int64_t>s.bd[i] + f])
             if v > mx:
                 mx = v
@@ -220,13 +223,41 @@ cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
     return idf * big_x / (q.k1 + big_x) + q.lead * idf
 
 
+cdef inline double _bx_share(const Query* q, const uint8_t* b) noexcept nogil:
+    """The share of a block's maximum that bounds the docs the kind, tier and importance filters
+    keep: the smallest of the largest kind column asked, the largest tier column asked and the
+    importance column, each rounded up (FieldPostings.bx)."""
+    cdef uint32_t m = 255, v, t
+    cdef int32_t i
+    if q.bx_nk:
+        v = 0
+        for i in range(q.bx_nk):
+            t = b[q.bx_kinds[i]]
+            if t > v:
+                v = t
+        m = v
+    if q.bx_nt:
+        v = 0
+        for i in range(q.bx_nt):
+            t = b[IX_BX_TIER + q.bx_tiers[i]]
+            if t > v:
+                v = t
+        if v < m:
+            m = v
+    if q.bx_imp >= 0 and b[q.bx_imp] < m:
+        m = b[q.bx_imp]
+    return <double>m * (1.0 / 255.0)
+
+
 cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept nogil:
-    """A bound of x_f over the docs of block j of the list."""
+    """A bound of x_f over the docs of block j of the list that the filters keep."""
     cdef const PList* L = s.L
     if L.skip == NULL:
         return s.xm1
     if L.bm == NULL:
         return q.w[L.field] * IX_TF_CAP / q.c0[L.field] if q.c0[L.field] > 0.0 else INFINITY
+    if q.bx_on and L.bx != NULL:
+        return L.bmf * <double>L.bm[j] * _bx_share(q, L.bx + <int64_t>IX_BX * j)
     return L.bmf * <double>L.bm[j]
 
 
@@ -779,6 +810,8 @@ cdef int64_t _impact_list(const Query* q, const PList* L, int64_t per, uint32_t*
     cdef float x
     for j in range(L.nb):
         x = L.bm[j]
+        if q.bx_on and L.bx != NULL:                   # the blocks best for the docs asked
+            x = <float>(<double>x * _bx_share(q, L.bx + <int64_t>IX_BX * j))
         if cnt == per and x <= tv[cnt - 1]:
             continue
         i = cnt if cnt < per else cnt - 1             # insert, dropping the lowest when full

@@ -9,7 +9,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 import numpy as np
 
-from convmem._core.postings cimport (_Segment, _adopted_segment, _char_segment,
+from convmem._core.postings cimport (DocCols, _Segment, _adopted_segment, _char_segment,
                                      _empty_field_arrays, _merge, _nonempty)
 from convmem._core.score cimport _qlen_code
 from convmem._core._common cimport term_table_fill
@@ -66,6 +66,8 @@ cdef int _put_block_maxima(dict out, _Segment seg) except -1:
         out[f"bm_terms_{name}"] = seg.bm_arrays[3 * f]
         out[f"bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
         out[f"bm_{name}"] = seg.bm_arrays[3 * f + 2]
+        if len(seg.bx_arrays) == 3:
+            out[f"bx_{name}"] = seg.bx_arrays[f]
     return 0
 
 
@@ -110,7 +112,8 @@ cdef _Segment _cx_segment(object arrays, uint32_t n):
         bm += [_arr(arrays, f"cx_bm_terms_{name}", np.uint32, None),
                _arr(arrays, f"cx_bm_off_{name}", np.uint32, None),
                _arr(arrays, f"cx_bm_{name}", np.float32, None)]
-    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), NULL, NULL, NULL)
+    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), None, NULL, NULL,
+                            NULL)
 
 
 cdef object _arr(object arrays, str name, object dtype, object shape):
@@ -142,14 +145,18 @@ cdef class _FrozenIndex:
         cdef _Segment m = None
         cdef _Segment seg
         cdef int f
+        cdef DocCols cols
         base = self.base
         meta = base["doc_meta"]
         lens = base["doc_lens"]
         keys = base["term_keys"]
         segs = self.segs
+        cols.lens = <const uint32_t*>cnp.PyArray_DATA(lens)
+        cols.meta = <const uint8_t*>cnp.PyArray_DATA(meta)
+        cols.imp = <const uint8_t*>cnp.PyArray_DATA(base["doc_importance"])
         if self.need_merge:
-            m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL,
-                       <const uint32_t*>cnp.PyArray_DATA(lens), (<_Segment>segs[0]).v.doc_lo,
+            m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL, &cols,
+                       (<_Segment>segs[0]).v.doc_lo,
                        (<_Segment>segs[len(segs) - 1]).v.doc_hi, self.c0, self.cb)
             if not _nonempty(m):
                 m = None
