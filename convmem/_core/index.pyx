@@ -53,7 +53,7 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
                                     term_table_fill, term_table_put)
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
-                                     IX_BX_KINDS, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
+                                     IX_BX_KINDS, IX_LEAD, _tag_bucket, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
                                      IX_ULID, DocCols, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
@@ -1056,12 +1056,12 @@ cdef class SearchIndex:
             q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
                            and (tier_mask >> ((m >> 3) & 3)) & 1 == 1
                            and (role_mask >> ((m >> 5) & 3)) & 1 == 1)
-        _set_bx_columns(&q, kind_mask, tier_mask, min_importance)
-        q.bx_on = q.bx_on and self._filter_maxima
         q.session = session
         q.min_imp = <int32_t>max(-1, min(min_importance, 101))
         q.tags = _ptr(tg)
         q.n_tags = tg.shape[0]
+        _set_bx_columns(&q, kind_mask, tier_mask, min_importance, q.tags, q.n_tags)
+        q.bx_on = q.bx_on and self._filter_maxima
         q.ts_lo = INT64_MIN if ts_lo is None else <int64_t>ts_lo
         q.ts_hi = INT64_MAX if ts_hi is None else <int64_t>ts_hi
         q.doc_hi = <uint32_t>min(doc_limit, self._n_docs) if doc_limit >= 0 else 0xFFFFFFFF
@@ -1511,14 +1511,16 @@ cdef class SearchIndex:
 
 
 cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
-                          int64_t min_importance) noexcept:
+                          int64_t min_importance, const uint64_t* tags, int64_t n_tags) noexcept:
     """The filter maxima columns a block bound takes for these filters (Query.bx_*): a kind
     mask that leaves some kind out and asks no kind past the six, a tier mask that leaves some
-    tier out, an importance floor of at least IX_BX_IMP_FLOOR (the highest floor not above it)."""
+    tier out, an importance floor of at least IX_BX_IMP_FLOOR (the highest floor not above it),
+    the bucket of each tag asked (a doc holds every tag asked, so a doc of each bucket)."""
     cdef int i
     q.bx_nk = 0
     q.bx_nt = 0
     q.bx_imp = -1
+    q.bx_tagb = 0
     if (kind_mask & 0xFF) >> IX_BX_KINDS == 0 and (kind_mask & 0x3F) != 0x3F:
         for i in range(IX_BX_KINDS):
             if (kind_mask >> i) & 1:
@@ -1537,7 +1539,9 @@ cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
             q.bx_nt = 1
     if min_importance >= IX_BX_IMP_FLOOR:
         q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1, (min_importance - IX_BX_IMP_FLOOR) // 10)
-    q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0
+    for i in range(n_tags):
+        q.bx_tagb |= <uint8_t>(1 << _tag_bucket(tags[i]))
+    q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0 or q.bx_tagb != 0
 
 
 cdef DocCols _doc_cols(SearchIndex ix) noexcept:
@@ -1546,6 +1550,8 @@ cdef DocCols _doc_cols(SearchIndex ix) noexcept:
     c.lens = <const uint32_t*>ix._lens.data
     c.meta = <const uint8_t*>ix._meta.data
     c.imp = <const uint8_t*>ix._imp.data
+    c.tag_off = <const uint32_t*>ix._tag_off.data
+    c.tag_val = <const uint64_t*>ix._tag_val.data
     return c
 
 

@@ -33,7 +33,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
-from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, __builtin_clz, load_u32
+from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, __builtin_clz, load_u32, mix64
 
 
 cdef enum:
@@ -43,14 +43,18 @@ cdef enum:
     IX_LEAD_KEYS = 16       # the lead: the first 16 content keys (a CJK bigram a quarter key)
     IX_ULID = 16
     IX_LIVE = 0x80          # doc_meta bit: the doc is live; bits 0-2 kind, 3-4 tier, 5-6 role
-    # Filter maxima (FieldPostings.bx): IX_BX bytes a block, the block's maximum over the docs of
-    # one kind (columns 0-5), one tier (6-9), or importance >= IX_BX_IMP_FLOOR + 10 i (10-15)
-    IX_BX = 16
+    # Filter maxima (FieldPostings.bx): IX_BX bytes a block, IX_BX_COLS columns of 4 bits (column
+    # c in byte c / 2, the low half for even c): the block's maximum over its docs of one kind
+    # (columns 0-5), one tier (6-9), importance >= IX_BX_IMP_FLOOR + 10 i (10-15), or holding a
+    # tag of hash bucket b (16-23, _tag_bucket)
+    IX_BX = 12
+    IX_BX_COLS = 24
+    IX_BX_KINDS = 6
     IX_BX_TIER = 6
     IX_BX_IMP = 10
     IX_BX_IMP_N = 6
     IX_BX_IMP_FLOOR = 40
-    IX_BX_KINDS = 6
+    IX_BX_TAG = 16
 
 
 # The postings of one field in one segment: terms[i] has the compressed list
@@ -73,7 +77,7 @@ cdef struct FieldPostings:
     int64_t n_bm
     int64_t n_bmv           # values in bm (an adopted segment's last list's blocks end there)
     # Filter maxima: IX_BX bytes per value of bm, each column's maximum (see IX_BX) as a share
-    # of bm rounded up, ceil(255 * max / bm) (0: no doc of the column in the block). NULL: not
+    # of bm rounded up, ceil(15 * max / bm) (0: no doc of the column in the block). NULL: not
     # known (a segment adopted from a snapshot written before them, the character lists).
     const uint8_t* bx
     # Lists not yet decoded once (a segment adopted from a snapshot is checked lazily, each list
@@ -94,11 +98,24 @@ cdef struct SegView:
 
 
 # The per-doc columns block maxima are taken from, indexed by doc id: the field lengths (3 a
-# doc) and, for the filter maxima, doc_meta (kind, tier) and importance (meta NULL: none).
+# doc) and, for the filter maxima, doc_meta (kind, tier), importance and the tag hashes of doc d
+# (tag_val[tag_off[d]:tag_off[d + 1]]) (meta NULL: none).
 cdef struct DocCols:
     const uint32_t* lens
     const uint8_t* meta
     const uint8_t* imp
+    const uint32_t* tag_off
+    const uint64_t* tag_val
+
+
+# The filter maxima column bucket of a tag hash (of IX_BX_COLS - IX_BX_TAG).
+cdef inline uint32_t _tag_bucket(uint64_t h) noexcept nogil:
+    return <uint32_t>(mix64(h) >> 61)
+
+
+# Column c of a block's filter maxima (0..15).
+cdef inline uint32_t _bx_col(const uint8_t* b, uint32_t c) noexcept nogil:
+    return (b[c >> 1] >> ((c & 1) << 2)) & 15
 
 
 # One compressed posting list (one term, one segment, one field), opened for reading:

@@ -9,6 +9,7 @@ segment holds, _common's GArr (PyMem_Raw*, grown without the GIL) while one is b
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawCalloc, PyMem_RawFree
 from libc.math cimport INFINITY, ceil, nextafterf
+from libc.stdlib cimport free, malloc
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
@@ -214,28 +215,49 @@ cdef class _Segment:
 
 
 cdef inline void _bx_fill(uint8_t* out, const double* mx, double r) noexcept nogil:
-    """A block's filter maxima (IX_BX doubles in mx) as shares of its bound r, rounded up."""
+    """A block's filter maxima (IX_BX_COLS doubles in mx) as shares of its bound r in fifteenths,
+    rounded up: ceil(15 * max / r), two columns a byte."""
     cdef int c
     cdef double v
-    for c in range(IX_BX):
-        v = ceil(255.0 * mx[c] / r * (1.0 + 1e-12)) if r > 0.0 else 0.0
-        out[c] = <uint8_t>(255.0 if v > 255.0 else v)
+    cdef uint32_t n
+    memset(out, 0, IX_BX)
+    for c in range(IX_BX_COLS):
+        v = ceil(15.0 * mx[c] / r * (1.0 + 1e-12)) if r > 0.0 else 0.0
+        n = <uint32_t>(15.0 if v > 15.0 else v)
+        out[c >> 1] |= <uint8_t>(n << ((c & 1) << 2))
 
 
-cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, int f, double c0, double cb,
-                      uint32_t* bterms, uint32_t* boff, float* bm, uint8_t* bx,
-                      int64_t* n_blocks) noexcept nogil:
+cdef uint8_t* _tag_buckets(const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi) noexcept nogil:
+    """Per doc of [doc_lo, doc_hi), the bit set of its tags' buckets (_tag_bucket); NULL when
+    out of memory. Read per posting by _bm_fill, one byte instead of the doc's tag list."""
+    cdef uint8_t* out = <uint8_t*>malloc(<size_t>(doc_hi - doc_lo) + 1)
+    cdef uint32_t d
+    cdef uint8_t m
+    cdef uint64_t j
+    if out == NULL:
+        return NULL
+    for d in range(doc_lo, doc_hi):
+        m = 0
+        for j in range(cols.tag_off[d], cols.tag_off[d + 1]):
+            m |= <uint8_t>(1 << _tag_bucket(cols.tag_val[j]))
+        out[d - doc_lo] = m
+    return out
+
+
+cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint8_t* tagb,
+                      uint32_t doc_lo, int f, double c0, double cb, uint32_t* bterms,
+                      uint32_t* boff, float* bm, uint8_t* bx, int64_t* n_blocks) noexcept nogil:
     """The block maxima of one field's lists of more than one block (see FieldPostings), and
-    their filter maxima when bx is given; with bm NULL only counts. Returns the number of such
-    lists; n_blocks gets their blocks."""
+    their filter maxima when bx is given (tagb: the docs' tag buckets from doc_lo); with bm
+    NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
     cdef int64_t li, j, i, c, nl = 0, nbk = 0
     cdef PList L
     cdef uint32_t bd[IX_BLOCK]
     cdef uint8_t bt[IX_BLOCK]
-    cdef double fx[IX_BX]
+    cdef double fx[IX_BX_COLS]
     cdef double mx, v
     cdef float r
-    cdef uint8_t m, imp
+    cdef uint8_t m, imp, tb
     cdef int t
     for li in range(fp.n_terms):
         _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, f)
@@ -265,6 +287,13 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, int f, doubl
                             if v > fx[IX_BX_IMP + t]:
                                 fx[IX_BX_IMP + t] = v
                             t += 1
+                        tb = tagb[bd[i] - doc_lo]
+                        t = 0
+                        while tb:
+                            if tb & 1 and v > fx[IX_BX_TAG + t]:
+                                fx[IX_BX_TAG + t] = v
+                            tb >>= 1
+                            t += 1
                 r = <float>mx
                 if <double>r < mx:                    # round up: it is a bound
                     r = nextafterf(r, INFINITY)
@@ -280,51 +309,62 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, int f, doubl
 cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocCols* cols,
                        const double* c0, const double* cb):
     """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `cols` (the doc field
-    lengths, 3 a doc, for every doc of the segment, and their kinds, tiers and importance) give
+    lengths, 3 a doc, for every doc of the segment, and their kinds, tiers, importance and tags) give
     the block maxima, taken with the length normalisation 1 / (c0 + cb * len) of the index
     statistics now, and their filter maxima (see FieldPostings)."""
     cdef _Segment s = _Segment.__new__(_Segment)
     cdef cnp.ndarray terms, offsets, data, bterms, boff, bm, bx = None
     cdef uint8_t* bxp = NULL
+    cdef uint8_t* tagb = NULL
     cdef int64_t nl, nbk = 0
     cdef int f
     s.arrays = arrays
     s.v.doc_lo = doc_lo
     s.v.doc_hi = doc_hi
     s.v.n_dead = 0
-    for f in range(3):
-        terms = arrays[3 * f]
-        offsets = arrays[3 * f + 1]
-        data = arrays[3 * f + 2]
-        s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(terms)
-        s.v.f[f].offsets = <const uint32_t*>cnp.PyArray_DATA(offsets)
-        s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
-        s.v.f[f].n_terms = terms.shape[0]
-        s.v.f[f].n_bytes = data.shape[0]
-        s.v.f[f].checked = NULL
-        s.v.f[f].doc_hi = doc_hi
-        s.v.f[f].field = f
-        with nogil:
-            nl = _bm_fill(&s.v.f[f], cols, f, c0[f], cb[f], NULL, NULL, NULL, NULL, &nbk)
-        bterms = np.empty(nl, dtype=np.uint32)
-        boff = np.empty(nl, dtype=np.uint32)
-        bm = np.empty(nbk, dtype=np.float32)
-        if cols.meta != NULL:
-            bx = np.empty(IX_BX * nbk, dtype=np.uint8)
-            bxp = <uint8_t*>cnp.PyArray_DATA(bx)
-        with nogil:
-            _bm_fill(&s.v.f[f], cols, f, c0[f], cb[f], <uint32_t*>cnp.PyArray_DATA(bterms),
-                     <uint32_t*>cnp.PyArray_DATA(boff), <float*>cnp.PyArray_DATA(bm), bxp, &nbk)
-        s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
-        s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
-        s.v.f[f].bm = <const float*>cnp.PyArray_DATA(bm)
-        s.v.f[f].bx = bxp
-        s.v.f[f].bm_cb = cb[f]
-        s.v.f[f].n_bm = nl
-        s.v.f[f].n_bmv = nbk
-        s.bm_arrays += [bterms, boff, bm]
-        if bx is not None:
-            s.bx_arrays.append(bx)
+    if cols.meta != NULL:
+        tagb = _tag_buckets(cols, doc_lo, doc_hi)
+        if tagb == NULL:
+            raise MemoryError()
+    try:
+        for f in range(3):
+            terms = arrays[3 * f]
+            offsets = arrays[3 * f + 1]
+            data = arrays[3 * f + 2]
+            s.v.f[f].terms = <const uint32_t*>cnp.PyArray_DATA(terms)
+            s.v.f[f].offsets = <const uint32_t*>cnp.PyArray_DATA(offsets)
+            s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(data)
+            s.v.f[f].n_terms = terms.shape[0]
+            s.v.f[f].n_bytes = data.shape[0]
+            s.v.f[f].checked = NULL
+            s.v.f[f].doc_hi = doc_hi
+            s.v.f[f].field = f
+            with nogil:
+                nl = _bm_fill(&s.v.f[f], cols, tagb, doc_lo, f, c0[f], cb[f], NULL, NULL, NULL, NULL,
+                              &nbk)
+            bterms = np.empty(nl, dtype=np.uint32)
+            boff = np.empty(nl, dtype=np.uint32)
+            bm = np.empty(nbk, dtype=np.float32)
+            bxp = NULL
+            if tagb != NULL:
+                bx = np.empty(IX_BX * nbk, dtype=np.uint8)
+                bxp = <uint8_t*>cnp.PyArray_DATA(bx)
+            with nogil:
+                _bm_fill(&s.v.f[f], cols, tagb, doc_lo, f, c0[f], cb[f],
+                         <uint32_t*>cnp.PyArray_DATA(bterms), <uint32_t*>cnp.PyArray_DATA(boff),
+                         <float*>cnp.PyArray_DATA(bm), bxp, &nbk)
+            s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
+            s.v.f[f].bm_off = <const uint32_t*>cnp.PyArray_DATA(boff)
+            s.v.f[f].bm = <const float*>cnp.PyArray_DATA(bm)
+            s.v.f[f].bx = bxp
+            s.v.f[f].bm_cb = cb[f]
+            s.v.f[f].n_bm = nl
+            s.v.f[f].n_bmv = nbk
+            s.bm_arrays += [bterms, boff, bm]
+            if bxp != NULL:
+                s.bx_arrays.append(bx)
+    finally:
+        free(tagb)
     return s
 
 
@@ -877,6 +917,8 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
     cols.lens = lens
     cols.meta = NULL
     cols.imp = NULL
+    cols.tag_off = NULL
+    cols.tag_val = NULL
     return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, &cols, c0, cb)
 
 

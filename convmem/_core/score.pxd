@@ -78,12 +78,14 @@ cdef struct Query:
     int64_t n_tags
     # the filter maxima columns a block bound may take (PList.bx, _bx_share): the kinds asked
     # (bx_nk of them, 0: every kind), the tiers asked (bx_nt, 0: every tier), the importance
-    # column (-1: none); bx_on when any is set
+    # column (-1: none), the buckets of the tags asked (bit b: column IX_BX_TAG + b); bx_on when
+    # any is set
     uint8_t bx_kinds[8]
     int32_t bx_nk
     uint8_t bx_tiers[4]
     int32_t bx_nt
     int32_t bx_imp
+    uint8_t bx_tagb
     bint bx_on
     # buffer chains
     const uint32_t* b_doc

@@ -29,8 +29,8 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_store_relaxed,
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
-from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TIER, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID,
-                                     Cursor, PList,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID,
+                                     Cursor, PList, _bx_col,
                                      SegView, _block, _block_last, _cmp_u32, _cur_open,
                                      _find_block, _seek)
 
@@ -224,29 +224,41 @@ cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
 
 
 cdef inline double _bx_share(const Query* q, const uint8_t* b) noexcept nogil:
-    """The share of a block's maximum that bounds the docs the kind, tier and importance filters
-    keep: the smallest of the largest kind column asked, the largest tier column asked and the
-    importance column, each rounded up (FieldPostings.bx)."""
-    cdef uint32_t m = 255, v, t
+    """The share of a block's maximum that bounds the docs the kind, tier, importance and tag
+    filters keep: the smallest of the largest kind column asked, the largest tier column asked,
+    the importance column and each asked tag's bucket column, each rounded up
+    (FieldPostings.bx)."""
+    cdef uint32_t m = 15, v, t, tb
     cdef int32_t i
     if q.bx_nk:
         v = 0
         for i in range(q.bx_nk):
-            t = b[q.bx_kinds[i]]
+            t = _bx_col(b, q.bx_kinds[i])
             if t > v:
                 v = t
         m = v
     if q.bx_nt:
         v = 0
         for i in range(q.bx_nt):
-            t = b[IX_BX_TIER + q.bx_tiers[i]]
+            t = _bx_col(b, IX_BX_TIER + q.bx_tiers[i])
             if t > v:
                 v = t
         if v < m:
             m = v
-    if q.bx_imp >= 0 and b[q.bx_imp] < m:
-        m = b[q.bx_imp]
-    return <double>m * (1.0 / 255.0)
+    if q.bx_imp >= 0:
+        t = _bx_col(b, q.bx_imp)
+        if t < m:
+            m = t
+    tb = q.bx_tagb
+    i = 0
+    while tb:
+        if tb & 1:
+            t = _bx_col(b, IX_BX_TAG + i)
+            if t < m:
+                m = t
+        tb >>= 1
+        i += 1
+    return <double>m * (1.0 / 15.0)
 
 
 cdef inline double _block_x(const Query* q, const LState* s, int64_t j) noexcept nogil:

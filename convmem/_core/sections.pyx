@@ -154,6 +154,8 @@ cdef class _FrozenIndex:
         cols.lens = <const uint32_t*>cnp.PyArray_DATA(lens)
         cols.meta = <const uint8_t*>cnp.PyArray_DATA(meta)
         cols.imp = <const uint8_t*>cnp.PyArray_DATA(base["doc_importance"])
+        cols.tag_off = <const uint32_t*>cnp.PyArray_DATA(base["tag_offsets"])
+        cols.tag_val = <const uint64_t*>cnp.PyArray_DATA(base["tag_hashes"])
         if self.need_merge:
             m = _merge(segs, <const uint8_t*>cnp.PyArray_DATA(meta), NULL, NULL, &cols,
                        (<_Segment>segs[0]).v.doc_lo,

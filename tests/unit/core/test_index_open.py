@@ -80,7 +80,7 @@ def test_block_maxima_that_miscount_a_list_are_reported_on_its_first_use(damage:
         victim = int(bm["bm_terms_content"][0])
     else:                                                  # the last list one more
         bm["bm_content"] = np.append(bm["bm_content"], np.float32(1.0))
-        bm["bx_content"] = np.append(bm["bx_content"], np.full(16, 255, dtype=np.uint8))
+        bm["bx_content"] = np.append(bm["bx_content"], np.full(12, 255, dtype=np.uint8))
         victim = int(bm["bm_terms_content"][-1])
     loaded = compiled.SearchIndex.from_arrays({**arrays, **bm})
     tid = int(arrays["post_terms_content"][victim])
