@@ -14,7 +14,7 @@ and over the whole set, how many queries take `--under` ms or less (the share a 
 needs). The block maxima bound every message of a block whatever its kind, tier, tags or
 importance; the filter maxima bound the messages of the kinds, tiers and importance asked
 (docs/SCORING.md, "Pruning" and "Filter maxima"). Each filtered query also runs a third time
-with the filter maxima switched off (`SearchIndex._set_filter_maxima(False)`, as a snapshot
+with the filter maxima switched off (`SearchIndex.filter_maxima = False`, as a snapshot
 written before them is served): the `no_maxima` figures, and the set's p50 and count under
 `--under` that way, are the before of the same run.
 """
@@ -51,14 +51,14 @@ def timed(eng: Any, q: dict[str, Any], rounds: int, maxima: bool = True) -> tupl
     bounds blocks without the filter maxima."""
     ix = eng.store._catalog.index
     best = math.inf
-    ix._set_filter_maxima(maxima)
+    ix.filter_maxima = maxima
     try:
         for _ in range(rounds):
             t0 = time.perf_counter()
             eng.search_core(q)
             best = min(best, time.perf_counter() - t0)
     finally:
-        ix._set_filter_maxima(True)
+        ix.filter_maxima = True
     return best * 1e3, int(ix.last_windows_skipped)
 
 

@@ -4,7 +4,8 @@ exhaustive one forced, any other choice rule given with `--rule DENSITY,MIN_POST
 other least number of postings for two scoring threads given with `--par-min N` (`off`: one
 thread always), and any other values of the index's scoring settings given with `--set
 NAME=VALUE[,NAME=VALUE...]` (`prime_max_postings=0,sparse_block_span=0`: the scorer without
-priming and sparse-block bounds, docs/SCORING.md "Pruning").
+priming and sparse-block bounds, docs/SCORING.md "Pruning"; `filter_maxima=0`: filtered queries
+bounded by the block maxima alone, "Filter maxima").
 
 Per query, every mode runs `--rounds` times in a random order each round (so no mode always
 follows the same other one: a run after the exhaustive scorer finds colder caches) and keeps
@@ -36,7 +37,8 @@ import corpus  # noqa: E402
 
 
 PAR_OFF = 2 ** 62  # (--par-min off: no query has this many postings)
-SETTINGS = ("prime_max_postings", "sparse_block_span", "impact_prime_blocks", "prime_docs_per_k")  # what --set may change
+SETTINGS = ("prime_max_postings", "sparse_block_span", "impact_prime_blocks", "prime_docs_per_k",
+            "filter_maxima")  # what --set may change
 
 
 def run(store_dir: Path, queries: int, rounds: int, rules: list[tuple[int, int]],

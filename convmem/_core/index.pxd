@@ -29,7 +29,6 @@ cdef class SearchIndex:
     cdef double _k1
     cdef double _lead
     cdef bint _cjk_weights
-    cdef bint _filter_maxima   # block bounds from the filter maxima (_set_filter_maxima)
     cdef double _w[3]
     cdef double _b[3]
     cdef int64_t _n_docs
@@ -94,6 +93,10 @@ cdef class SearchIndex:
     # A list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (IX_SPARSE_SPAN; 0: never).
     cdef public int64_t sparse_block_span   # (benchmarks set it: scorer_choice.py --set)
+    # bound a filtered query's blocks by the filter maxima (docs/SCORING.md "Filter maxima"); False:
+    # by the block maxima alone, as a snapshot written before them is (tests; filter_cost.py,
+    # scorer_choice.py --set). Results are the same.
+    cdef public bint filter_maxima
     cdef readonly int64_t last_postings    # postings the last search's query lists hold
     cdef readonly bint last_parallel    # whether the last search used two threads
     cdef readonly bint last_session_docs    # whether it scored only the session's docs

@@ -28,6 +28,7 @@ class SearchIndex:
     # a list whose blocks span this many doc ids on average is sparse: a window's bound looks at
     # its block's docs, not only the block's maximum (0: never)
     sparse_block_span: int
+    filter_maxima: bool
     impact_prime_blocks: int
     merge_factor: int
     last_postings: int  # postings of the last search's query lists (0 in the twin)
@@ -136,7 +137,6 @@ class SearchIndex:
         b: tuple[float, float, float] = (0.75, 0.75, 0.5),
     ) -> SearchIndex: ...
     def _set_window(self, n: int) -> None: ...  # a multiple of 64, at most 4096 (tests)
-    def _set_filter_maxima(self, on: bool) -> None: ...  # block bounds from the filter maxima (tests, benchmarks)
     def _set_prune_density(self, n: int, min_postings: int | None = None) -> None: ...  # >= 0; 0 prunes every query (tests, benchmarks)
 
 def _qlen_floor(n: int) -> int: ...  # tests: the length a one-byte length code stands for

@@ -211,7 +211,7 @@ cdef class SearchIndex:
         self._k1 = k1
         self._lead = LEAD_WEIGHT
         self._cjk_weights = True
-        self._filter_maxima = True
+        self.filter_maxima = True
         for f in range(3):
             self._w[f] = weights[f]
             self._b[f] = b[f]
@@ -1061,7 +1061,7 @@ cdef class SearchIndex:
         q.tags = _ptr(tg)
         q.n_tags = tg.shape[0]
         _set_bx_columns(&q, kind_mask, tier_mask, min_importance, q.tags, q.n_tags)
-        q.bx_on = q.bx_on and self._filter_maxima
+        q.bx_on = q.bx_on and self.filter_maxima
         q.ts_lo = INT64_MIN if ts_lo is None else <int64_t>ts_lo
         q.ts_hi = INT64_MAX if ts_hi is None else <int64_t>ts_hi
         q.doc_hi = <uint32_t>min(doc_limit, self._n_docs) if doc_limit >= 0 else 0xFFFFFFFF
@@ -1154,12 +1154,6 @@ cdef class SearchIndex:
         """Benchmarks: weigh the query's CJK bigrams (docs/SCORING.md "Query weights") or not."""
         self._cjk_weights = on
 
-    def _set_filter_maxima(self, bint on) -> None:
-        """Tests and benchmarks: bound a filtered query's blocks by the filter maxima of the
-        kinds, tiers and importance it asks (docs/SCORING.md "Pruning"), or by the blocks'
-        maxima alone, as a snapshot written before them does. Results are the same."""
-        self._filter_maxima = on
-
     def _set_window(self, int64_t n) -> None:
         """Tests and benchmarks: score in windows of n doc ids (a multiple of 64, at most 4096)."""
         if n <= 0 or n % 64 != 0 or n > IX_WINDOW:
@@ -1179,7 +1173,7 @@ cdef class SearchIndex:
                                           (self._b[0], self._b[1], self._b[2]))
         out._lead = self._lead
         out._cjk_weights = self._cjk_weights
-        out._filter_maxima = self._filter_maxima
+        out.filter_maxima = self.filter_maxima
         cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
         cdef int64_t i, j, o, nt, cap
         cdef DocCols cols

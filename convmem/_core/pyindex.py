@@ -260,6 +260,7 @@ class SearchIndex:
         self.prime_max_postings = 4096  # (index.pyx IX_PRIME_MAX; the twin never prunes)
         self.last_primed = 0
         self.sparse_block_span = 32768  # (index.pyx IX_SPARSE_SPAN; the twin never prunes)
+        self.filter_maxima = True  # (index.pyx; the twin never prunes)
         self.impact_prime_blocks = 32  # (index.pyx IX_IMPACT_BLOCKS; the twin never prunes)
         self.prime_docs_per_k = 4  # (score.pxd IX_PRIME_PER_K; the twin never prunes)
         self.merge_factor = 2  # (index.pyx; the twin has no segments)
@@ -286,9 +287,6 @@ class SearchIndex:
 
     def _set_cjk_weights(self, on: bool) -> None:
         self._cjk_weights = bool(on)
-
-    def _set_filter_maxima(self, on: bool) -> None:
-        """The compiled index's switch for its filter maxima; the twin does not prune."""
 
     def _set_window(self, n: int) -> None:
         if n <= 0 or n % 64 != 0 or n > 4096:

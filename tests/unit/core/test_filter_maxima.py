@@ -41,12 +41,12 @@ def skewed_index(n: int = 30000, seed: int = 7):
 
 
 def search(ix, flt: dict, *, maxima: bool = True, exhaustive: bool = False):
-    ix._set_filter_maxima(maxima)
+    ix.filter_maxima = maxima
     try:
         res = ix.search(np.array([WORD], dtype=np.uint64), 10, exhaustive=exhaustive, **flt)
         return res, ix.last_windows_skipped + ix.last_blocks_skipped
     finally:
-        ix._set_filter_maxima(True)
+        ix.filter_maxima = True
 
 
 def assert_same(a, b) -> None:
