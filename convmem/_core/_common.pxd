@@ -35,6 +35,7 @@ cdef extern from "_common.h" nogil:
 
 cdef extern from *:
     int __builtin_clz(unsigned int) nogil
+    int __builtin_ctz(unsigned int) nogil
     int __builtin_ctzll(unsigned long long) nogil
     void __builtin_prefetch(const void*) nogil
 

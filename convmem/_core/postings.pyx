@@ -16,8 +16,8 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from convmem._core.shared cimport garr_take
-from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, garr_free, garr_grow, garr_init,
-                                    load_u32, store_u32)
+from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctz, garr_free, garr_grow,
+                                    garr_init, load_u32, store_u32)
 
 cnp.import_array()
 
@@ -214,51 +214,70 @@ cdef class _Segment:
         PyMem_RawFree(self.checked_mem)
 
 
-cdef inline void _bx_fill(uint8_t* out, const double* mx, double r) noexcept nogil:
-    """A block's filter maxima (IX_BX_COLS doubles in mx) as shares of its bound r in fifteenths,
-    rounded up: ceil(15 * max / r), two columns a byte."""
-    cdef int c
-    cdef double v
-    cdef uint32_t n
+cdef inline void _bx_block(uint8_t* out, const double* vv, const uint32_t* bd, int64_t c,
+                           const uint32_t* dcols, uint32_t doc_lo, double r) noexcept nogil:
+    """A block's filter maxima from its postings' x (vv) and its bound r: each column's share of
+    r in fifteenths, rounded up, ceil(15 * max / r), two columns a byte. Each posting's level
+    ceil(15 * x / r) ORs its doc's columns into that level's mask, and a column gets the highest
+    level whose mask holds it: one OR a posting, no branch (ceil is monotone, so the level of
+    the maximum is the maximum of the levels). The 1e-12 covers the rounding of the product
+    with 15 / r against the quotient."""
+    cdef uint32_t at[16]
+    cdef double inv = 15.0 / r * (1.0 + 1e-12) if r > 0.0 else 0.0
+    cdef int64_t i
+    cdef int l
+    cdef uint32_t m, done = 0, k
+    memset(at, 0, sizeof(at))
     memset(out, 0, IX_BX)
-    for c in range(IX_BX_COLS):
-        v = ceil(15.0 * mx[c] / r * (1.0 + 1e-12)) if r > 0.0 else 0.0
-        n = <uint32_t>(15.0 if v > 15.0 else v)
-        out[c >> 1] |= <uint8_t>(n << ((c & 1) << 2))
+    for i in range(c):
+        l = <int>ceil(vv[i] * inv)
+        at[l if l < 15 else 15] |= dcols[bd[i] - doc_lo]
+    for l in range(15, 0, -1):
+        m = at[l] & ~done
+        done |= m
+        while m:
+            k = <uint32_t>__builtin_ctz(m)
+            m &= m - 1
+            out[k >> 1] |= <uint8_t>(l << ((k & 1) << 2))
 
 
-cdef uint8_t* _tag_buckets(const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi) noexcept nogil:
-    """Per doc of [doc_lo, doc_hi), the bit set of its tags' buckets (_tag_bucket); NULL when
-    out of memory. Read per posting by _bm_fill, one byte instead of the doc's tag list."""
-    cdef uint8_t* out = <uint8_t*>malloc(<size_t>(doc_hi - doc_lo) + 1)
-    cdef uint32_t d
-    cdef uint8_t m
+cdef uint32_t* _doc_columns(const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi) noexcept nogil:
+    """Per doc of [doc_lo, doc_hi), the filter maxima columns it counts in (bit c: column c): its
+    kind, its tier, the importance floors it reaches, its tags' buckets (_tag_bucket). Taken once
+    a segment, so that _bm_fill reads one word a posting; NULL when out of memory."""
+    cdef uint32_t* out = <uint32_t*>malloc(sizeof(uint32_t) * (<size_t>(doc_hi - doc_lo) + 1))
+    cdef uint32_t d, m
+    cdef uint8_t meta
     cdef uint64_t j
+    cdef int t
     if out == NULL:
         return NULL
     for d in range(doc_lo, doc_hi):
-        m = 0
+        meta = cols.meta[d]
+        m = (1u << (meta & 7)) if (meta & 7) < IX_BX_KINDS else 0
+        m |= 1u << (IX_BX_TIER + ((meta >> 3) & 3))
+        for t in range(IX_BX_IMP_N):
+            if cols.imp[d] >= IX_BX_IMP_FLOOR + 10 * t:
+                m |= 1u << (IX_BX_IMP + t)
         for j in range(cols.tag_off[d], cols.tag_off[d + 1]):
-            m |= <uint8_t>(1 << _tag_bucket(cols.tag_val[j]))
+            m |= 1u << (IX_BX_TAG + _tag_bucket(cols.tag_val[j]))
         out[d - doc_lo] = m
     return out
 
 
-cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint8_t* tagb,
+cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint32_t* dcols,
                       uint32_t doc_lo, int f, double c0, double cb, uint32_t* bterms,
                       uint32_t* boff, float* bm, uint8_t* bx, int64_t* n_blocks) noexcept nogil:
     """The block maxima of one field's lists of more than one block (see FieldPostings), and
-    their filter maxima when bx is given (tagb: the docs' tag buckets from doc_lo); with bm
-    NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
+    their filter maxima when bx is given (dcols: the docs' columns from doc_lo, _doc_columns);
+    with bm NULL only counts. Returns the number of such lists; n_blocks gets their blocks."""
     cdef int64_t li, j, i, c, nl = 0, nbk = 0
     cdef PList L
     cdef uint32_t bd[IX_BLOCK]
     cdef uint8_t bt[IX_BLOCK]
-    cdef double fx[IX_BX_COLS]
+    cdef double vv[IX_BLOCK]
     cdef double mx, v
     cdef float r
-    cdef uint8_t m, imp, tb
-    cdef int t
     for li in range(fp.n_terms):
         _open_list(&L, fp.data + fp.offsets[li], fp.data + fp.n_bytes, f)
         if L.nb < 2:
@@ -269,37 +288,17 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint8_
             for j in range(L.nb):
                 c = _block(&L, j, bd, bt)
                 mx = 0.0
-                if bx != NULL:
-                    memset(fx, 0, sizeof(fx))
                 for i in range(c):
                     v = <double>(bt[i] & IX_TF_CAP) / (c0 + cb * <double>cols.lens[3 * <int64_t>bd[i] + f])
+                    vv[i] = v
                     if v > mx:
                         mx = v
-                    if bx != NULL:
-                        m = cols.meta[bd[i]]
-                        if (m & 7) < IX_BX_KINDS and v > fx[m & 7]:
-                            fx[m & 7] = v
-                        if v > fx[IX_BX_TIER + ((m >> 3) & 3)]:
-                            fx[IX_BX_TIER + ((m >> 3) & 3)] = v
-                        imp = cols.imp[bd[i]]
-                        t = 0
-                        while t < IX_BX_IMP_N and imp >= IX_BX_IMP_FLOOR + 10 * t:
-                            if v > fx[IX_BX_IMP + t]:
-                                fx[IX_BX_IMP + t] = v
-                            t += 1
-                        tb = tagb[bd[i] - doc_lo]
-                        t = 0
-                        while tb:
-                            if tb & 1 and v > fx[IX_BX_TAG + t]:
-                                fx[IX_BX_TAG + t] = v
-                            tb >>= 1
-                            t += 1
                 r = <float>mx
                 if <double>r < mx:                    # round up: it is a bound
                     r = nextafterf(r, INFINITY)
                 bm[nbk + j] = r
                 if bx != NULL:
-                    _bx_fill(bx + IX_BX * (nbk + j), fx, <double>r)
+                    _bx_block(bx + IX_BX * (nbk + j), vv, bd, c, dcols, doc_lo, <double>r)
         nl += 1
         nbk += L.nb
     n_blocks[0] = nbk
@@ -315,7 +314,7 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocC
     cdef _Segment s = _Segment.__new__(_Segment)
     cdef cnp.ndarray terms, offsets, data, bterms, boff, bm, bx = None
     cdef uint8_t* bxp = NULL
-    cdef uint8_t* tagb = NULL
+    cdef uint32_t* dcols = NULL
     cdef int64_t nl, nbk = 0
     cdef int f
     s.arrays = arrays
@@ -323,8 +322,9 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocC
     s.v.doc_hi = doc_hi
     s.v.n_dead = 0
     if cols.meta != NULL:
-        tagb = _tag_buckets(cols, doc_lo, doc_hi)
-        if tagb == NULL:
+        with nogil:
+            dcols = _doc_columns(cols, doc_lo, doc_hi)
+        if dcols == NULL:
             raise MemoryError()
     try:
         for f in range(3):
@@ -340,17 +340,17 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocC
             s.v.f[f].doc_hi = doc_hi
             s.v.f[f].field = f
             with nogil:
-                nl = _bm_fill(&s.v.f[f], cols, tagb, doc_lo, f, c0[f], cb[f], NULL, NULL, NULL, NULL,
+                nl = _bm_fill(&s.v.f[f], cols, dcols, doc_lo, f, c0[f], cb[f], NULL, NULL, NULL, NULL,
                               &nbk)
             bterms = np.empty(nl, dtype=np.uint32)
             boff = np.empty(nl, dtype=np.uint32)
             bm = np.empty(nbk, dtype=np.float32)
             bxp = NULL
-            if tagb != NULL:
+            if dcols != NULL:
                 bx = np.empty(IX_BX * nbk, dtype=np.uint8)
                 bxp = <uint8_t*>cnp.PyArray_DATA(bx)
             with nogil:
-                _bm_fill(&s.v.f[f], cols, tagb, doc_lo, f, c0[f], cb[f],
+                _bm_fill(&s.v.f[f], cols, dcols, doc_lo, f, c0[f], cb[f],
                          <uint32_t*>cnp.PyArray_DATA(bterms), <uint32_t*>cnp.PyArray_DATA(boff),
                          <float*>cnp.PyArray_DATA(bm), bxp, &nbk)
             s.v.f[f].bm_terms = <const uint32_t*>cnp.PyArray_DATA(bterms)
@@ -364,7 +364,7 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocC
             if bxp != NULL:
                 s.bx_arrays.append(bx)
     finally:
-        free(tagb)
+        free(dcols)
     return s
 
 

@@ -20,12 +20,13 @@ FILTERS = [{"kind_mask": 1 << 2}, {"tier_mask": 1 << 1}, {"min_importance": 70},
            {"tag_hashes": TAGS[:1]}, {"tag_hashes": TAGS}]
 
 
-def skewed_index(n: int = 30000, seed: int = 7):
+def skewed_index(n: int = 30000, seed: int = 7, merge_factor: int = 2, merge: bool = True):
     """Every doc holds WORD. The docs of kind 0, tier 0, importance 20 and no tag hold it often
     in short messages (high x_f); the few docs of other kinds, tiers, importance and tags hold it
     once in long ones, so a block's maximum is a doc the filters above drop."""
     rng = np.random.default_rng(seed)
     ix = compiled.SearchIndex()
+    ix.merge_factor = merge_factor
     for d in range(n):
         if rng.random() < 0.9:
             content = np.array([WORD] * int(rng.integers(2, 5)) + [OTHER], dtype=np.uint64)
@@ -35,7 +36,8 @@ def skewed_index(n: int = 30000, seed: int = 7):
             kind, tier, imp = int(rng.integers(0, 6)), int(rng.integers(0, 4)), int(rng.integers(0, 101))
             tags = TAGS[rng.random(2) < 0.5]
         ix.add(d, content, EMPTY, EMPTY, tags, 0, kind, tier, imp, d, rng.bytes(16))
-    ix.merge_segments()
+    if merge:
+        ix.merge_segments()
     ix._set_prune_density(0)
     return ix
 
@@ -88,6 +90,11 @@ def test_adopted_maxima_serve_the_same_and_older_snapshots_without_them_too(ix) 
     assert_same(old, exact)
     assert skipped > skipped_old + 50
     assert "bx_content" not in older.block_max_arrays()    # nothing to copy on: none invented
+    # The next snapshot after a write merges the segment again and takes them.
+    older.add(older.n_docs, np.array([WORD], dtype=np.uint64), EMPTY, EMPTY, EMPTY, 0, 2, 1, 80,
+              older.n_docs, b"\1" * 16)
+    again = older.freeze().arrays()
+    assert again["bx_content"].shape == (12 * again["bm_content"].shape[0],)
 
 
 def test_filter_maxima_of_the_wrong_size_are_refused(ix) -> None:
@@ -123,3 +130,22 @@ def test_every_column_bounds_its_docs() -> None:
         k = int(rng.integers(1, 30))
         got = ix.search(q, k, **flt)
         assert_same(got, ix.search(q, k, exhaustive=True, **flt))
+
+
+def test_a_bulk_import_takes_them_once_at_its_final_merge() -> None:
+    """With merge_factor > 2 (a bulk import) flushes and merges take no filter maxima (the
+    checkpoint replaces those segments anyway); the import's checkpoint merges everything into
+    one segment, which has them."""
+    ix = skewed_index(merge_factor=8, merge=False)
+    assert ix.n_segments >= 2
+    flt = FILTERS[0]
+    exact, _ = search(ix, flt, exhaustive=True)
+    got, skipped = search(ix, flt)
+    _, skipped_off = search(ix, flt, maxima=False)
+    assert_same(got, exact)
+    assert skipped == skipped_off                          # none to bound with yet
+    ix.merge_factor = 2
+    ix.merge_segments()
+    got, skipped = search(ix, flt)
+    assert_same(got, exact)
+    assert skipped > skipped_off + 50
