@@ -53,14 +53,14 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
                                     term_table_fill, term_table_put)
 from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
-                                     IX_BX_KINDS, IX_LEAD, _tag_bucket, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
+                                     IX_BX_KINDS, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
                                      IX_ULID, DocCols, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
                                      _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
-                                     _sort_unique_u32, lower_bound_u32)
+                                     _sort_unique_u32, _tag_bucket, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
                                      _cx_segment, _FrozenIndex, _put_block_maxima,
                                      _put_char_lists, _qlen_sections)
@@ -1536,7 +1536,8 @@ cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
             q.bx_tiers[0] = 0
             q.bx_nt = 1
     if min_importance >= IX_BX_IMP_FLOOR:
-        q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1, (min_importance - IX_BX_IMP_FLOOR) // 10)
+        q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1,
+                                            (min_importance - IX_BX_IMP_FLOOR) // 10)
     for i in range(n_tags):
         q.bx_tagb |= <uint8_t>(1 << _tag_bucket(tags[i]))
     q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0 or q.bx_tagb != 0

@@ -289,7 +289,8 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint32
                 c = _block(&L, j, bd, bt)
                 mx = 0.0
                 for i in range(c):
-                    v = <double>(bt[i] & IX_TF_CAP) / (c0 + cb * <double>cols.lens[3 * <int64_t>bd[i] + f])
+                    v = <double>(bt[i] & IX_TF_CAP) / (
+                        c0 + cb * <double>cols.lens[3 * <int64_t>bd[i] + f])
                     vv[i] = v
                     if v > mx:
                         mx = v
@@ -308,9 +309,9 @@ cdef int64_t _bm_fill(const FieldPostings* fp, const DocCols* cols, const uint32
 cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocCols* cols,
                        const double* c0, const double* cb):
     """Wrap 9 arrays (terms, offsets, data for each field) as a segment; `cols` (the doc field
-    lengths, 3 a doc, for every doc of the segment, and their kinds, tiers, importance and tags) give
-    the block maxima, taken with the length normalisation 1 / (c0 + cb * len) of the index
-    statistics now, and their filter maxima (see FieldPostings)."""
+    lengths, 3 a doc, for every doc of the segment, and their kinds, tiers, importance and
+    tags) give the block maxima, taken with the length normalisation 1 / (c0 + cb * len) of the
+    index statistics now, and their filter maxima (see FieldPostings)."""
     cdef _Segment s = _Segment.__new__(_Segment)
     cdef cnp.ndarray terms, offsets, data, bterms, boff, bm, bx = None
     cdef uint8_t* bxp = NULL
@@ -340,8 +341,8 @@ cdef _Segment _segment(uint32_t doc_lo, uint32_t doc_hi, list arrays, const DocC
             s.v.f[f].doc_hi = doc_hi
             s.v.f[f].field = f
             with nogil:
-                nl = _bm_fill(&s.v.f[f], cols, dcols, doc_lo, f, c0[f], cb[f], NULL, NULL, NULL, NULL,
-                              &nbk)
+                nl = _bm_fill(&s.v.f[f], cols, dcols, doc_lo, f, c0[f], cb[f], NULL, NULL, NULL,
+                              NULL, &nbk)
             bterms = np.empty(nl, dtype=np.uint32)
             boff = np.empty(nl, dtype=np.uint32)
             bm = np.empty(nbk, dtype=np.float32)

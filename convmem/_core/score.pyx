@@ -29,8 +29,8 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_store_relaxed,
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
-from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE, IX_TF_CAP, IX_ULID,
-                                     Cursor, PList, _bx_col,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE,
+                                     IX_TF_CAP, IX_ULID, Cursor, PList, _bx_col,
                                      SegView, _block, _block_last, _cmp_u32, _cur_open,
                                      _find_block, _seek)
 

@@ -33,7 +33,8 @@ def skewed_index(n: int = 30000, seed: int = 7, merge_factor: int = 2, merge: bo
             kind, tier, imp, tags = 0, 0, 20, EMPTY
         else:
             content = np.array([WORD] + [OTHER] * int(rng.integers(20, 60)), dtype=np.uint64)
-            kind, tier, imp = int(rng.integers(0, 6)), int(rng.integers(0, 4)), int(rng.integers(0, 101))
+            kind, tier = int(rng.integers(0, 6)), int(rng.integers(0, 4))
+            imp = int(rng.integers(0, 101))
             tags = TAGS[rng.random(2) < 0.5]
         ix.add(d, content, EMPTY, EMPTY, tags, 0, kind, tier, imp, d, rng.bytes(16))
     if merge:
@@ -62,7 +63,7 @@ def ix():
 
 
 @pytest.mark.parametrize("flt", FILTERS)
-def test_filtered_queries_skip_what_the_filters_drop_and_return_the_exhaustive_top_k(ix, flt) -> None:
+def test_filtered_queries_skip_what_the_filters_drop_and_give_the_exhaustive_top_k(ix, flt) -> None:
     exact, _ = search(ix, flt, exhaustive=True)
     with_maxima, skipped = search(ix, flt)
     without, skipped_before = search(ix, flt, maxima=False)
@@ -106,8 +107,8 @@ def test_filter_maxima_of_the_wrong_size_are_refused(ix) -> None:
 
 def test_every_column_bounds_its_docs() -> None:
     """Random kinds, tiers, importance, tags and lengths, a window of 64 docs: every mask, floor
-    and tag set gives the exhaustive top k (a column rounded down, or a doc counted in the wrong column,
-    would drop a doc that belongs there)."""
+    and tag set gives the exhaustive top k (a column rounded down, or a doc counted in the wrong
+    column, would drop a doc that belongs there)."""
     rng = np.random.default_rng(3)
     ix = compiled.SearchIndex()
     words = rng.integers(1, 2**40, 6).astype(np.uint64)
