@@ -1304,13 +1304,13 @@ cdef class SearchIndex:
         there already."""
         cdef double c0[3]
         cdef double cb[3]
+        cdef DocCols cols = _doc_cols(self)
         if len(self._segs) != 1 or (self._cx is not None and self._cx_for is self._segs[0]):
             return 0
         self._cx = self._cx_for = None
         self._norm(c0, cb)
         cx = _char_segment(<_Segment>self._segs[0], <const uint64_t*>self._t_keys.data,
-                           self._t_keys.len, IX_CX_MIN, <const uint8_t*>self._meta.data,
-                           <const uint32_t*>self._lens.data, c0, cb)
+                           self._t_keys.len, IX_CX_MIN, &cols, c0, cb)
         if cx is not None:
             self._cx = cx
             self._cx_for = self._segs[0]

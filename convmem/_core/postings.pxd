@@ -78,7 +78,7 @@ cdef struct FieldPostings:
     int64_t n_bmv           # values in bm (an adopted segment's last list's blocks end there)
     # Filter maxima: IX_BX bytes per value of bm, each column's maximum (see IX_BX) as a share
     # of bm rounded up, ceil(15 * max / bm) (0: no doc of the column in the block). NULL: not
-    # known (a segment adopted from a snapshot written before them, the character lists).
+    # known (a segment adopted from a snapshot written before them).
     const uint8_t* bx
     # Lists not yet decoded once (a segment adopted from a snapshot is checked lazily, each list
     # on its first use, see _list_ready): checked[i] is 1 once list i passed _list_check, with
@@ -561,9 +561,8 @@ cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols
 # for each code point c of the CJK unigram and bigram keys (keys[0:T], by term id) whose group
 # (docs/SCORING.md "Term groups") has at least min_postings postings in seg, one list per field
 # holding, per doc, the sum of the group's tfs capped at IX_TF_CAP. Returns (chars: uint32
-# ascending, df: uint32 by char, the live docs (meta) of seg holding the group in any field, a
-# segment over seg's docs whose terms are those code points, its block maxima taken with
-# c0 / cb), or None when no character qualifies.
+# ascending, df: uint32 by char, the live docs (cols.meta) of seg holding the group in any
+# field, a segment over seg's docs whose terms are those code points, its block maxima and
+# filter maxima taken with cols and c0 / cb), or None when no character qualifies.
 cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t min_postings,
-                          const uint8_t* meta, const uint32_t* lens, const double* c0,
-                          const double* cb)
+                          const DocCols* cols, const double* c0, const double* cb)

@@ -822,8 +822,7 @@ cdef int _cx_field(const FieldPostings* fp, const uint64_t* pairs, int64_t lo, i
 
 
 cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t min_postings,
-                          const uint8_t* meta, const uint32_t* lens, const double* c0,
-                          const double* cb):
+                          const DocCols* cols, const double* c0, const double* cb):
     cdef int64_t np_, i, lo, f, li, total, df
     cdef uint16_t* seen = NULL
     cdef uint16_t stamp = 0
@@ -835,7 +834,7 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
     cdef uint32_t c, t, doc_lo = seg.v.doc_lo, doc_hi = seg.v.doc_hi
     cdef uint64_t n
     cdef const FieldPostings* fp
-    cdef DocCols cols
+    cdef const uint8_t* meta = cols.meta
     cdef FieldOut outs[3]
     cdef GArr chars
     cdef int rc = 0
@@ -914,13 +913,7 @@ cdef object _char_segment(_Segment seg, const uint64_t* keys, int64_t T, int64_t
         PyMem_RawFree(tfs)
     if out_chars.shape[0] == 0:
         return None
-    # (no filter maxima: the character lists are adopted without them, _cx_segment)
-    cols.lens = lens
-    cols.meta = NULL
-    cols.imp = NULL
-    cols.tag_off = NULL
-    cols.tag_val = NULL
-    return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, &cols, c0, cb)
+    return out_chars, out_df, _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
 
 
 # The build this module comes from ("debug" or "release", _common.h CM_BUILD_DEBUG), read by

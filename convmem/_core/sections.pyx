@@ -84,6 +84,8 @@ cdef int _put_char_lists(dict out, object cx) except -1:
         out[f"cx_bm_terms_{name}"] = seg.bm_arrays[3 * f]
         out[f"cx_bm_off_{name}"] = seg.bm_arrays[3 * f + 1]
         out[f"cx_bm_{name}"] = seg.bm_arrays[3 * f + 2]
+        if len(seg.bx_arrays) == 3:
+            out[f"cx_bx_{name}"] = seg.bx_arrays[f]
     return 0
 
 
@@ -112,7 +114,10 @@ cdef _Segment _cx_segment(object arrays, uint32_t n):
         bm += [_arr(arrays, f"cx_bm_terms_{name}", np.uint32, None),
                _arr(arrays, f"cx_bm_off_{name}", np.uint32, None),
                _arr(arrays, f"cx_bm_{name}", np.float32, None)]
-    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), None, NULL, NULL,
+    bx = None
+    if "cx_bx_content" in arrays:                 # (snapshots written before them: none)
+        bx = [_arr(arrays, f"cx_bx_{name}", np.uint8, None) for name in FIELDS]
+    return _adopted_segment(n, arrs, bm, _arr(arrays, "cx_cb", np.float64, (3,)), bx, NULL, NULL,
                             NULL)
 
 
@@ -178,8 +183,7 @@ cdef class _FrozenIndex:
         cx = self.cx
         if cx is None:
             cx = _char_segment(m, <const uint64_t*>cnp.PyArray_DATA(keys), keys.shape[0],
-                               self.cx_min, <const uint8_t*>cnp.PyArray_DATA(meta),
-                               <const uint32_t*>cnp.PyArray_DATA(lens), self.c0, self.cb)
+                               self.cx_min, &cols, self.c0, self.cb)
         if cx is not None:
             _put_char_lists(out, cx)
         return out

@@ -151,6 +151,29 @@ def test_the_char_lists_prune() -> None:
     assert with_cx.last_blocks_skipped > 0 == no_cx.last_blocks_skipped
 
 
+def test_the_char_lists_have_filter_maxima() -> None:
+    """A one-character query with filters bounds the merged list's blocks by the messages the
+    filters keep (docs/SCORING.md "Filter maxima"): the same top k, more skipped."""
+    docs = _docs(5, 20000)
+    ix = _build(compiled.SearchIndex, docs)
+    arrays, derived = ix.to_arrays(), ix.block_max_arrays()
+    assert derived["cx_bx_content"].shape == (12 * derived["cx_bm_content"].shape[0],)
+    with_cx = compiled.SearchIndex.from_arrays({**arrays, **derived})
+    with_cx._set_prune_density(0)
+    q = np.array([uni(COMMON[0])], dtype=np.uint64)
+    f = {"kind_mask": 1 << 2, "min_importance": 80}
+    exact = with_cx.search(q, 10, exhaustive=True, **f)
+    with_cx.filter_maxima = False
+    off = with_cx.search(q, 10, **f)
+    skipped_off = with_cx.last_blocks_skipped + with_cx.last_windows_skipped
+    with_cx.filter_maxima = True
+    on = with_cx.search(q, 10, **f)
+    skipped_on = with_cx.last_blocks_skipped + with_cx.last_windows_skipped
+    for got in (on, off):
+        assert all(np.array_equal(a, b) for a, b in zip(got, exact))
+    assert skipped_on > skipped_off
+
+
 def test_docs_added_and_removed_after_the_snapshot(stored) -> None:
     docs, _, arrays, derived = stored
     more = _docs(11, 3000)
@@ -212,6 +235,7 @@ def test_char_list_maxima_that_miscount_its_blocks_are_reported_on_first_use(sto
     _, _, arrays, derived = stored
     derived = {k: np.array(v) for k, v in derived.items()}
     derived["cx_bm_content"] = np.append(derived["cx_bm_content"], np.float32(1.0))
+    derived["cx_bx_content"] = np.append(derived["cx_bx_content"], np.full(12, 255, np.uint8))
     cp = int(derived["cx_terms_content"][int(derived["cx_bm_terms_content"][-1])])
     ix = compiled.SearchIndex.from_arrays({**arrays, **derived})
     others = [c for c in COMMON if c != cp]
