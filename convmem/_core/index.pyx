@@ -52,15 +52,14 @@ from convmem._core._common cimport (CM_ASSERT, GArr, __builtin_prefetch, cm_work
                                     garr_claim, garr_grow, garr_own, garr_reserve, mix64,
                                     term_table_fill, term_table_put)
 from convmem._core.postings import DamagedPostings
-from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
-                                     IX_BX_KINDS, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
                                      IX_ULID, DocCols, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
                                      _empty_field_arrays, _find_block, _lists_ok, _merge,
                                      _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
-                                     _sort_unique_u32, _tag_bucket, lower_bound_u32)
+                                     _sort_unique_u32, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
                                      _cx_segment, _FrozenIndex, _put_block_maxima,
                                      _put_char_lists, _qlen_sections)
@@ -68,8 +67,10 @@ from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
 from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K,
-                                  IX_SPARSE_SPAN, IX_WINDOW, Eng,
-                                  Group, Query, _group_df, _qlen_code, _qlen_value, _score,
+                                  IX_PRUNE_DENSITY, IX_PRUNE_MIN_POSTINGS, IX_SPARSE_SPAN,
+                                  IX_WINDOW, Eng,
+                                  Group, Query, _group_df, _qlen_value, _score,
+                                  _check_config, _set_filters,
                                   _Scratch)
 
 cnp.import_array()
@@ -82,20 +83,7 @@ ARRAYS_FORMAT = IX_ARRAYS_FORMAT
 LEAD_WEIGHT = 0.3
 LEAD_KEYS = IX_LEAD_KEYS
 
-# When the pruned scorer is used (benchmarks/README.md "Choosing the scorer"): it has a fixed
-# cost, the first windows scored in full until the heap holds k and its k-th score has risen,
-# and a cost per window, the bounds of every list. So a query is pruned when it has at least
-# IX_PRUNE_MIN_POSTINGS postings and averages at least IX_PRUNE_DENSITY per window of 4096 doc
-# ids. Measured on the corpus's 1000 queries at 100k and 1M messages, this is as fast as the
-# better scorer per query (search core p50 at 1M: 1.012 ms; 1.149 with the density of 128 alone).
-cdef int64_t IX_PRUNE_DENSITY = 16
-cdef int64_t IX_PRUNE_MIN_POSTINGS = 3000
 PRUNE_MIN_POSTINGS = IX_PRUNE_MIN_POSTINGS
-
-
-def _qlen_floor(uint32_t n) -> int:
-    """Tests: the length a content length of n is bounded with."""
-    return _qlen_value(_qlen_code(n))
 
 
 # ---- the index ---------------------------------------------------------------------------------
@@ -134,16 +122,6 @@ cdef object _keys_array(object keys):
 
 cdef inline const uint64_t* _ptr(const uint64_t[::1] v) noexcept:
     return &v[0] if v.shape[0] > 0 else NULL
-
-
-cdef tuple _check_config(k1, weights, b):
-    weights = tuple(float(w) for w in weights)
-    b = tuple(float(x) for x in b)
-    if len(weights) != 3 or len(b) != 3:
-        raise ValueError("weights and b need one value per field (content, summary, tags)")
-    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
-        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
-    return float(k1), weights, b
 
 
 cdef class SearchIndex:
@@ -1056,21 +1034,11 @@ cdef class SearchIndex:
             return _empty_result()
         self._grow_scratch()
         self._prepare(&q, n_stat, sum_stat)
-        for m in range(256):
-            q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
-                           and (tier_mask >> ((m >> 3) & 3)) & 1 == 1
-                           and (role_mask >> ((m >> 5) & 3)) & 1 == 1)
-        q.session = session
-        q.min_imp = <int32_t>max(-1, min(min_importance, 101))
-        q.tags = _ptr(tg)
-        q.n_tags = tg.shape[0]
-        _set_bx_columns(&q, kind_mask, tier_mask, min_importance, q.tags, q.n_tags)
-        q.bx_on = q.bx_on and self.filter_maxima
-        q.ts_lo = INT64_MIN if ts_lo is None else <int64_t>ts_lo
-        q.ts_hi = INT64_MAX if ts_hi is None else <int64_t>ts_hi
-        q.doc_hi = <uint32_t>min(doc_limit, self._n_docs) if doc_limit >= 0 else 0xFFFFFFFF
-        q.extra = (session >= 0 or min_importance > 0 or tg.shape[0] > 0 or ts_lo is not None
-                   or ts_hi is not None or doc_limit >= 0)
+        _set_filters(&q, session, kind_mask, tier_mask, role_mask, min_importance, _ptr(tg),
+                     tg.shape[0], INT64_MIN if ts_lo is None else <int64_t>ts_lo,
+                     INT64_MAX if ts_hi is None else <int64_t>ts_hi,
+                     <uint32_t>min(doc_limit, self._n_docs) if doc_limit >= 0 else 0xFFFFFFFF,
+                     self.filter_maxima)
         out_df = []
         G = self._make_groups(&q, _ptr(qk), qk.shape[0],
                               &fdf[0] if fdf is not None and fdf.shape[0] else NULL,
@@ -1506,41 +1474,6 @@ cdef class SearchIndex:
                 ix._cx = (chars, cx_df, _cx_segment(arrays, <uint32_t>n))
                 ix._cx_for = ix._segs[0]
         return ix
-
-
-cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
-                          int64_t min_importance, const uint64_t* tags, int64_t n_tags) noexcept:
-    """The filter maxima columns a block bound takes for these filters (Query.bx_*): a kind
-    mask that leaves some kind out and asks no kind past the six, a tier mask that leaves some
-    tier out, an importance floor of at least IX_BX_IMP_FLOOR (the highest floor not above it),
-    the bucket of each tag asked (a doc holds every tag asked, so a doc of each bucket)."""
-    cdef int i
-    q.bx_nk = 0
-    q.bx_nt = 0
-    q.bx_imp = -1
-    q.bx_tagb = 0
-    if (kind_mask & 0xFF) >> IX_BX_KINDS == 0 and (kind_mask & 0x3F) != 0x3F:
-        for i in range(IX_BX_KINDS):
-            if (kind_mask >> i) & 1:
-                q.bx_kinds[q.bx_nk] = <uint8_t>i
-                q.bx_nk += 1
-        if q.bx_nk == 0:                             # no kind asked: no doc passes anyway
-            q.bx_kinds[0] = 0
-            q.bx_nk = 1
-    if (tier_mask & 0x0F) != 0x0F:
-        for i in range(4):
-            if (tier_mask >> i) & 1:
-                q.bx_tiers[q.bx_nt] = <uint8_t>i
-                q.bx_nt += 1
-        if q.bx_nt == 0:
-            q.bx_tiers[0] = 0
-            q.bx_nt = 1
-    if min_importance >= IX_BX_IMP_FLOOR:
-        q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1,
-                                            (min_importance - IX_BX_IMP_FLOOR) // 10)
-    for i in range(n_tags):
-        q.bx_tagb |= <uint8_t>(1 << _tag_bucket(tags[i]))
-    q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0 or q.bx_tagb != 0
 
 
 cdef DocCols _doc_cols(SearchIndex ix, bint filters=True) noexcept:

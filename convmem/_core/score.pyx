@@ -21,7 +21,7 @@ a lower bound of the final k-th best, so each half may prune with the larger one
 top k is the same as with one thread.
 """
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcmp, memcpy, memset
 
@@ -29,8 +29,9 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     cm_store_relaxed,
                                     cm_worker, cm_worker_post, cm_worker_wait, garr_bytes,
                                     garr_extend, garr_free, garr_init, garr_reserve)
-from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE,
-                                     IX_TF_CAP, IX_ULID, Cursor, PList, _bx_col,
+from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
+                                     IX_BX_KINDS, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE,
+                                     IX_TF_CAP, IX_ULID, Cursor, PList, _bx_col, _tag_bucket,
                                      SegView, _block, _block_last, _cmp_u32, _cur_open,
                                      _find_block, _seek)
 
@@ -221,6 +222,82 @@ cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
     if big_x == 0.0:
         return 0.0
     return idf * big_x / (q.k1 + big_x) + q.lead * idf
+
+
+cdef tuple _check_config(k1, weights, b):
+    """BM25F's configuration checked: (k1, weights, b) as floats, or ValueError."""
+    weights = tuple(float(w) for w in weights)
+    b = tuple(float(x) for x in b)
+    if len(weights) != 3 or len(b) != 3:
+        raise ValueError("weights and b need one value per field (content, summary, tags)")
+    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
+        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
+    return float(k1), weights, b
+
+
+def _qlen_floor(uint32_t n) -> int:
+    """Tests: the length a content length of n is bounded with."""
+    return _qlen_value(_qlen_code(n))
+
+
+cdef void _set_bx_columns(Query* q, int64_t kind_mask, int64_t tier_mask,
+                          int64_t min_importance, const uint64_t* tags, int64_t n_tags) noexcept:
+    """The filter maxima columns a block bound takes for these filters (Query.bx_*): a kind
+    mask that leaves some kind out and asks no kind past the six, a tier mask that leaves some
+    tier out, an importance floor of at least IX_BX_IMP_FLOOR (the highest floor not above it),
+    the bucket of each tag asked (a doc holds every tag asked, so a doc of each bucket)."""
+    cdef int i
+    q.bx_nk = 0
+    q.bx_nt = 0
+    q.bx_imp = -1
+    q.bx_tagb = 0
+    if (kind_mask & 0xFF) >> IX_BX_KINDS == 0 and (kind_mask & 0x3F) != 0x3F:
+        for i in range(IX_BX_KINDS):
+            if (kind_mask >> i) & 1:
+                q.bx_kinds[q.bx_nk] = <uint8_t>i
+                q.bx_nk += 1
+        if q.bx_nk == 0:                             # no kind asked: no doc passes anyway
+            q.bx_kinds[0] = 0
+            q.bx_nk = 1
+    if (tier_mask & 0x0F) != 0x0F:
+        for i in range(4):
+            if (tier_mask >> i) & 1:
+                q.bx_tiers[q.bx_nt] = <uint8_t>i
+                q.bx_nt += 1
+        if q.bx_nt == 0:
+            q.bx_tiers[0] = 0
+            q.bx_nt = 1
+    if min_importance >= IX_BX_IMP_FLOOR:
+        q.bx_imp = IX_BX_IMP + <int32_t>min(IX_BX_IMP_N - 1,
+                                            (min_importance - IX_BX_IMP_FLOOR) // 10)
+    for i in range(n_tags):
+        q.bx_tagb |= <uint8_t>(1 << _tag_bucket(tags[i]))
+    q.bx_on = q.bx_nk > 0 or q.bx_nt > 0 or q.bx_imp >= 0 or q.bx_tagb != 0
+
+
+cdef void _set_filters(Query* q, int64_t session, int64_t kind_mask, int64_t tier_mask,
+                       int64_t role_mask, int64_t min_importance, const uint64_t* tags,
+                       int64_t n_tags, int64_t ts_lo, int64_t ts_hi, uint32_t doc_hi,
+                       bint filter_maxima) noexcept:
+    """What the query keeps: its okmeta table (liveness, kinds, tiers, roles), the filters
+    _extra_ok checks, and the filter maxima columns its block bounds take (_set_bx_columns,
+    none unless `filter_maxima`)."""
+    cdef int m
+    for m in range(256):
+        q.okmeta[m] = ((m & IX_LIVE) != 0 and (kind_mask >> (m & 7)) & 1 == 1
+                       and (tier_mask >> ((m >> 3) & 3)) & 1 == 1
+                       and (role_mask >> ((m >> 5) & 3)) & 1 == 1)
+    q.session = session
+    q.min_imp = <int32_t>max(-1, min(min_importance, 101))
+    q.tags = tags
+    q.n_tags = n_tags
+    q.ts_lo = ts_lo
+    q.ts_hi = ts_hi
+    q.doc_hi = doc_hi
+    q.extra = (session >= 0 or min_importance > 0 or n_tags > 0 or ts_lo != INT64_MIN
+               or ts_hi != INT64_MAX or doc_hi != 0xFFFFFFFF)
+    _set_bx_columns(q, kind_mask, tier_mask, min_importance, tags, n_tags)
+    q.bx_on = q.bx_on and filter_maxima
 
 
 cdef inline double _bx_share(const Query* q, const uint8_t* b) noexcept nogil:
