@@ -2,7 +2,7 @@
 # module that cimports them, so they inline as if written there) and the C of _common.h.
 # cimported by codec, tokenizer, idmap, syncer, postings, score and index; no .pyx, no Python API.
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
-from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
 
@@ -31,6 +31,8 @@ cdef extern from "_common.h" nogil:
     void cm_worker_free(cm_worker* w)
     double cm_load_relaxed(double* p)
     void cm_store_relaxed(double* p, double v)
+    # The first n rounded down to 8 of a stream of `bits`-bit values (8 readable bytes past it).
+    int64_t cm_unpack_groups(const uint8_t* p, int64_t n, int bits, uint32_t* out)
 
 
 cdef extern from *:

@@ -33,7 +33,7 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
-from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, __builtin_clz, load_u32, mix64
+from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, cm_unpack_groups, __builtin_clz, load_u32, mix64
 
 
 cdef enum:
@@ -146,22 +146,6 @@ cdef struct BlockHdr:
     int tb                  # tf bits
     int lc                  # lead code (0 none, 1 all, 2 bitmap; always 0 outside content)
     bint fast               # 8 bytes readable past both streams (the 64-bit-load decoder)
-
-
-# A position inside one block of a list, for probing docs in ascending order without decoding
-# the whole block: values are read one at a time up to the doc looked for.
-cdef struct Cursor:
-    const uint8_t* dp       # the block's doc stream
-    const uint8_t* tp       # its tf stream
-    const uint8_t* lp       # its lead bitmap
-    int lc                  # its lead code
-    int64_t blk             # the block (-1: none yet)
-    int64_t i               # values read
-    int64_t cnt
-    uint32_t prev           # the last doc read
-    int db
-    int tb
-    bint fast               # 8 bytes readable past both streams
 
 
 # One field of a segment being written: terms (u32), offsets (u32, starts with 0), list bytes;
@@ -297,25 +281,11 @@ cdef inline void _unpack_fast(const uint8_t* p, int64_t n, int bits, uint32_t* o
     """_unpack with one unaligned 64-bit load a value: p must have 8 readable bytes past the
     stream."""
     cdef uint64_t w, mask = (<uint64_t>1 << bits) - 1
-    cdef int64_t i, bp = 0
-    for i in range(n):
+    cdef int64_t i, i0 = cm_unpack_groups(p, n, bits, out), bp = i0 * bits
+    for i in range(i0, n):                            # (the last n % 8: one at a time)
         memcpy(&w, p + (bp >> 3), 8)
         out[i] = <uint32_t>((w >> (bp & 7)) & mask)
         bp += bits
-
-
-cdef inline uint32_t _bits_at(const uint8_t* p, int64_t i, int bits, bint fast) noexcept nogil:
-    """Value i of a bit stream of `bits`-bit values."""
-    cdef int64_t bp = i * bits
-    cdef uint64_t w = 0
-    cdef int k, nbytes
-    if fast:
-        memcpy(&w, p + (bp >> 3), 8)
-    else:
-        nbytes = ((bp & 7) + bits + 7) >> 3
-        for k in range(nbytes):
-            w |= <uint64_t>p[(bp >> 3) + k] << (8 * k)
-    return <uint32_t>((w >> (bp & 7)) & ((<uint64_t>1 << bits) - 1))
 
 
 # ---- reading a list --------------------------------------------------------------------------
@@ -439,44 +409,6 @@ cdef inline int64_t _block(const PList* L, int64_t j, uint32_t* docs, uint8_t* t
         elif h.lc == 2:
             _or_lead_bits(h.lp, cnt, tfs)
     return cnt
-
-
-cdef inline void _cur_open(const PList* L, Cursor* c, int64_t j) noexcept nogil:
-    cdef BlockHdr h
-    _block_header(L, j, &h)
-    c.dp = h.dp
-    c.tp = h.tp
-    c.lp = h.lp
-    c.lc = h.lc
-    c.cnt = h.cnt
-    c.prev = h.prev
-    c.db = h.db
-    c.tb = h.tb
-    c.fast = h.fast
-    c.blk = j
-    c.i = 0
-
-
-cdef inline uint32_t _seek(Cursor* c, uint32_t d) noexcept nogil:
-    """Read on to doc d in the cursor's block: its tf byte (lead flag included), or 0 when the
-    block does not hold it (then the cursor stays before the first doc above d)."""
-    cdef uint32_t v, tf
-    cdef int64_t i
-    while c.i < c.cnt:
-        v = c.prev + 1 + (_bits_at(c.dp, c.i, c.db, c.fast) if c.db else 0)
-        if v > d:
-            return 0
-        c.prev = v
-        c.i += 1
-        if v == d:
-            i = c.i - 1
-            tf = _bits_at(c.tp, i, c.tb, c.fast) + 1 if c.tb else 1
-            if c.lc == 1:
-                tf |= IX_LEAD
-            elif c.lc == 2:
-                tf |= ((c.lp[i >> 3] >> (i & 7)) & 1) << 7
-            return tf
-    return 0
 
 
 cdef inline int64_t _find_block(const PList* L, int64_t lo, uint32_t d) noexcept nogil:

@@ -5,7 +5,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from convmem._core._common cimport GArr, __builtin_clz, cm_worker
-from convmem._core.postings cimport IX_BLOCK, Cursor, PList, SegView
+from convmem._core.postings cimport IX_BLOCK, PList, SegView
 
 
 cdef enum:
@@ -126,10 +126,12 @@ cdef struct LState:
     int64_t ccnt
     int64_t bblk            # bounds: the first block whose last doc is >= the window start
     int64_t pblk            # probes: the same for the doc probed
+    uint32_t pnext          # probes: the list holds no doc from the last one probed to this
+    int64_t ppblk           # probes: the decoded block (cblk) they last searched, and where
+    int64_t ppos            # they stopped in it (bd[ppos] >= the doc probed)
     uint32_t last1          # one-block lists (no skip table): the last doc, and the max of x_f
     double xm1              # over the block (a bound like bmf * bm)
     bint sparse             # one block, or blocks spanning q.sparse_span doc ids on average
-    Cursor pc
     uint32_t bd[IX_BLOCK]
     uint8_t bt[IX_BLOCK]
 

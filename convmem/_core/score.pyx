@@ -31,9 +31,9 @@ from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctzll, 
                                     garr_extend, garr_free, garr_init, garr_reserve)
 from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_BX_IMP, IX_BX_IMP_FLOOR, IX_BX_IMP_N,
                                      IX_BX_KINDS, IX_BX_TAG, IX_BX_TIER, IX_LEAD, IX_LIVE,
-                                     IX_TF_CAP, IX_ULID, Cursor, PList, _bx_col, _tag_bucket,
-                                     SegView, _block, _block_last, _cmp_u32, _cur_open,
-                                     _find_block, _seek)
+                                     IX_TF_CAP, IX_ULID, PList, _bx_col, _tag_bucket,
+                                     SegView, _block, _block_last, _cmp_u32,
+                                     _find_block)
 
 cdef double EPS = 1e-9          # relative margin of the pruning bounds (docs/SCORING.md)
 
@@ -183,6 +183,7 @@ cdef void _heap_sort(const Query* q, HeapItem* h, int64_t n) noexcept nogil:
 # (see the module docstring)
 
 cdef uint32_t NOT_PROBED = 0xFFFFFFFF
+cdef uint32_t PAST_ALL = 0xFFFFFFFF  # LState.pnext of a list with no doc left to probe
 
 
 cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
@@ -196,7 +197,9 @@ cdef void _ls_init(const Query* q, LState* s, const PList* L) noexcept nogil:
     s.ccnt = 0
     s.bblk = 0
     s.pblk = 0
-    s.pc.blk = -1
+    s.pnext = L.first if L.n > 0 else PAST_ALL
+    s.ppblk = -1
+    s.ppos = 0
     s.last1 = 0
     s.xm1 = 0.0
     # blocks spanning q.sparse_span doc ids or more on average (_ls_bound); a one-block list is
@@ -513,18 +516,21 @@ cdef int64_t _chains_taat(Eng* e, int64_t g, uint32_t wlo, uint32_t whi, int64_t
 
 
 cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
-    """The group's packed tfs at doc d (probes move forward only: d never decreases)."""
-    cdef int64_t i, blk, lo, hi, mid
+    """The group's packed tfs at doc d (probes move forward only: d never decreases). Each list
+    keeps its next doc past the last probe (pnext): most probes of a sparse list (a common
+    word's summary or tags, a rare key of a CJK group) end at that one comparison."""
+    cdef int64_t i, j, blk, lo, hi, mid
     cdef uint32_t w = 0, tf
     cdef LState* s
     cdef const PList* L
     for i in range(e.goff[g], e.goff[g + 1]):
         s = &e.ls[i]
-        L = s.L
-        if L.n == 0 or d < L.first:
+        if d < s.pnext:
             continue
+        L = s.L
         if L.skip == NULL:
             if d > s.last1:
+                s.pnext = PAST_ALL
                 continue
             lo = 0
             hi = s.ccnt
@@ -534,15 +540,31 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
                     lo = mid + 1
                 else:
                     hi = mid
-            tf = s.bt[lo] if lo < s.ccnt and s.bd[lo] == d else 0
+            if s.bd[lo] != d:                           # (lo < ccnt: d <= last1)
+                s.pnext = s.bd[lo]
+                continue
+            tf = s.bt[lo]
+            s.pnext = d
         else:
             blk = _find_block(L, s.pblk, d)
             s.pblk = blk
             if blk >= L.nb:
+                s.pnext = PAST_ALL
                 continue
-            if s.pc.blk != blk:
-                _cur_open(L, &s.pc, blk)
-            tf = _seek(&s.pc, d)
+            if s.cblk != blk:                           # decoded whole, into the buffer the
+                s.ccnt = _block(L, blk, s.bd, s.bt)    # term-at-a-time reads (it starts over)
+                s.cblk = blk
+                s.cpos = 0
+            j = s.ppos if s.ppblk == blk else 0
+            while s.bd[j] < d:                          # (its last doc is >= d)
+                j += 1
+            s.ppblk = blk
+            s.ppos = j
+            if s.bd[j] != d:
+                s.pnext = s.bd[j]
+                continue
+            tf = s.bt[j]
+            s.pnext = d
         if tf:
             w = _tf_add(w, L.field, tf)
     return w

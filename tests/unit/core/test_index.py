@@ -1323,3 +1323,37 @@ def test_a_weighted_group_scales_its_idf(mod) -> None:
     # both groups weigh 1/sqrt(2): the score (a sum of parts linear in idf) with them
     assert s_weighted[0] == pytest.approx(s_plain[0] / math.sqrt(2), rel=1e-12)
     assert s_weighted[0] < s_plain[0]
+
+
+def test_every_doc_delta_and_tf_width_decodes_exactly() -> None:
+    """A block's doc deltas and tfs are unpacked by a function per bit width (_common.h). Here
+    each block of one word's list needs another width (one large gap or tf in the block sets
+    it): 1 to 15 bits of doc delta, 0 to 7 bits of tf. The word alone, and beside a word every
+    doc holds (so that pruning probes one list at the other's docs), gives the twin's results
+    to the bit, with every doc of the word found."""
+    rng = np.random.default_rng(7)
+    word, common, extra = np.uint64(12345), np.uint64(777), np.uint64(999)
+    tf_of: dict[int, int] = {}
+    d = 0
+    for b in range(1, 16):
+        big, tb = int(rng.integers(128)), b % 8
+        for i in range(128):
+            d += int(rng.integers(2 ** (b - 1), 2 ** b)) if i == big else int(rng.integers(1, 4))
+            tf_of[d] = 1 + (2 ** tb - 1 if i == 127 - big else int(rng.integers(0, 2 ** tb)))
+    ixs = (compiled.SearchIndex(), twin.SearchIndex())
+    ixs[0]._set_prune_density(0)
+    none = np.zeros(0, dtype=np.uint64)
+    for doc in range(d + 1):
+        content = np.array([word] * tf_of.get(doc, 0) + [common] * (1 + doc % 3)
+                           + [extra] * (doc % 5), dtype=np.uint64)
+        for ix in ixs:
+            ix.add(doc, content, none, none, none, 0, 0, 0, 50, doc, doc.to_bytes(16, "big"))
+    ixs[0].merge_segments()
+    assert ixs[0].n_segments == 1
+    for q in ([word], [word, common], [word, common, extra]):
+        q = np.array(q, dtype=np.uint64)
+        for k in (len(tf_of), 10):
+            got, want = ixs[0].search(q, k), ixs[1].search(q, k)
+            assert_same(got, want)
+        if len(q) == 1:
+            assert set(ixs[0].search(q, len(tf_of))[0].tolist()) == set(tf_of)
