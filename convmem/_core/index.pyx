@@ -68,8 +68,8 @@ from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.sections import FIELDS
 from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K,
                                   IX_PRUNE_DENSITY, IX_PRUNE_MIN_POSTINGS, IX_SPARSE_SPAN,
-                                  IX_WINDOW, Eng,
-                                  Group, Query, _group_df, _qlen_value, _score,
+                                  IX_WINDOW, IX_CTAB_MIN, Eng,
+                                  Group, Query, _fill_ctab, _group_df, _qlen_value, _score,
                                   _check_config, _set_filters,
                                   _Scratch)
 
@@ -816,6 +816,7 @@ cdef class SearchIndex:
         q.impact_blocks = self.impact_prime_blocks
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
+        q.ctab_on = False
         for f in range(3):
             for m in range(256):
                 q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
@@ -1057,6 +1058,8 @@ cdef class SearchIndex:
         pruned = (not exhaustive and total >= self.prune_min_postings
                   and total * IX_WINDOW >= self.prune_density * self._n_docs)
         self.last_pruned = pruned
+        if pruned and total >= IX_CTAB_MIN:
+            _fill_ctab(&q)
         # Scratch sized by the query: the lists of the segment that has the most of them.
         for m in range(self._n_views):
             nl = 0

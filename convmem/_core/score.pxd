@@ -19,6 +19,8 @@ cdef enum:
     IX_IMPACT_MAX_G = 2     # ... in queries of at most this many groups
     IX_IMPACT_MIN_NB = 256  # ... taken from lists of at least this many blocks
     IX_PRIME_PER_K = 4      # _prime scores exactly at most this many docs per result asked
+    IX_CTAB_TF = 4          # _approx_total's table: content tfs 1..IX_CTAB_TF at each length,
+    IX_CTAB_MIN = 30000     # for queries touching at least this many postings (_fill_ctab)
     # When the pruned scorer is used (benchmarks/README.md "Choosing the scorer"): it has a fixed
     # cost, the first windows scored in full until the heap holds k and its k-th score has risen,
     # and a cost per window, the bounds of every list. So a query is pruned when it has at least
@@ -108,6 +110,9 @@ cdef struct Query:
     const uint8_t* qlen     # one-byte content lengths, rounded down (index.pyx: _qlen_code)
     const uint8_t* qlen2    # the same for summary and tags, 2 a doc (apart: content is hot)
     double qnorm[768]       # per field, the norm (1 - b) + b * len / avgdl of each one-byte length
+    # a / (k1 * qnorm[m] + a) with a = w[0] * tf, at [(tf - 1) * 256 + m] (when ctab_on)
+    double ctab[IX_CTAB_TF * 256]
+    bint ctab_on
     # scratch
     uint64_t* gbits         # one bit per doc, all zero between uses (df of multi-key groups;
                             # during scoring, the docs primed when `primed`)
@@ -222,6 +227,8 @@ cdef int64_t _group_df(Query* q, const Group* g, const PList* lists,
 # best first, their breakdowns in e.hbd.
 # The BM25F configuration (k1, three weights, three b) as floats, or ValueError.
 cdef tuple _check_config(k1, weights, b)
+# Fill q.ctab from q.qnorm, q.w and q.k1, and turn it on.
+cdef void _fill_ctab(Query* q) noexcept nogil
 # Set the query's filters (docs/SCORING.md "Results") and the filter maxima columns they allow.
 cdef void _set_filters(Query* q, int64_t session, int64_t kind_mask, int64_t tier_mask,
                        int64_t role_mask, int64_t min_importance, const uint64_t* tags,
