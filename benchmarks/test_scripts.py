@@ -310,6 +310,25 @@ def test_ab_checkouts(tmp_path: Path) -> None:
     assert "B/A" in done.stdout
 
 
+def test_core_ab(store: Path, tmp_path: Path) -> None:
+    if not list((ROOT / "convmem" / "_core").glob("index*.so")):  # CI installs, never builds in place
+        done = run("core_ab.py", "--store", str(store), "--a", str(ROOT), "--b", str(ROOT),
+                   data=tmp_path, ok=False)
+        assert done.returncode != 0 and "not built in place" in done.stderr
+        return
+    res = json.loads(run("core_ab.py", "--store", str(store), "--a", str(ROOT), "--b", str(ROOT),
+                         "--queries", "20", "--rounds", "2", "--settle", "0", data=tmp_path).stdout)
+    assert len(res["a"]["rounds"]) == len(res["b"]["rounds"]) == 2
+    assert 0 < res["a"]["best_of_rounds"]["p50"] <= res["a"]["best_of_rounds"]["p99"]
+    assert res["b_over_a_median"]["all"] > 0
+    bad = run("core_ab.py", "--store", str(store), "--a", str(ROOT), "--b", str(tmp_path),
+              data=tmp_path, ok=False)
+    assert bad.returncode == 2 and "not built in place" in bad.stderr
+    missing = run("core_ab.py", "--store", str(tmp_path / "none"), "--a", str(ROOT), "--b",
+                  str(ROOT), data=tmp_path, ok=False)
+    assert missing.returncode == 2 and "no such store" in missing.stderr
+
+
 def test_ranking_quality(tmp_path: Path) -> None:
     if not DEBIAN_REFERENCE.is_dir():  # the data set is a Debian package: say so, clearly
         done = run("ranking_quality.py", "--lang", "en", data=tmp_path, ok=False)
