@@ -27,6 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _results  # noqa: E402  (benchmarks/_results.py: the results file)
+
 CHILD = r"""
 import json, math, sys, time
 from pathlib import Path
@@ -118,10 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     res.update(store=str(store), queries=args.queries, rounds=args.rounds,
                checkout_a=str(checkouts["a"]), checkout_b=str(checkouts["b"]),
                machine_a=machine["a"], machine_b=machine["b"])
-    text = json.dumps(res, indent=1)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text + "\n")
+    print(json.dumps(res, indent=1, ensure_ascii=False))
+    _results.write_json(Path(args.json) if args.json else None, res)
     return 0
 
 
