@@ -592,7 +592,7 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
     cdef int f
     if w <= 0xFF:                                     # content only: X = a / norm
         tf = w & IX_TF_CAP
-        if q.ctab_on and tf <= IX_CTAB_TF:            # (tf >= 1: the group is in the doc)
+        if q.ctab_on and tf - 1 < <uint32_t>IX_CTAB_TF:  # (tf 1..IX_CTAB_TF; 0 wraps past)
             return idf * q.ctab[(tf - 1) * 256 + q.qlen[d]] + bonus
         a = q.w[0] * <double>tf
         return idf * a / (q.k1 * q.qnorm[q.qlen[d]] + a) + bonus
