@@ -585,7 +585,7 @@ cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double 
     carry a 1e-9 margin) with at most two divisions instead of five. The content length is read
     from the one-byte q.qlen, rounded down (so the norm is not larger); a content-only doc needs
     one division, or none when its tf is in q.ctab: at 10M messages, queries of several common
-    words spent a sixth of their time on that division, once a doc and essential group."""
+    words spent about a tenth of their time on that division, once a doc and essential group."""
     cdef const uint8_t* ql
     cdef double big_x, a, bonus = q.lead * idf if w & IX_LEAD else 0.0
     cdef uint32_t tf
