@@ -65,13 +65,12 @@ from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offset
                                      _put_char_lists, _qlen_sections)
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
+from convmem._core.bm25f import check_config
 from convmem._core.sections import FIELDS
 from convmem._core.score cimport (IX_IMPACT_BLOCKS, IX_PAR_MIN, IX_PRIME_MAX, IX_PRIME_PER_K,
                                   IX_PRUNE_DENSITY, IX_PRUNE_MIN_POSTINGS, IX_SPARSE_SPAN,
-                                  IX_WINDOW, IX_CTAB_MIN, Eng,
-                                  Group, Query, _fill_ctab, _group_df, _qlen_value, _score,
-                                  _check_config, _set_filters,
-                                  _Scratch)
+                                  IX_WINDOW, Eng, Group, Query, _group_df, _qlen_value,
+                                  _score, _set_ctab, _set_filters, _Scratch)
 
 cnp.import_array()
 
@@ -185,7 +184,7 @@ cdef class SearchIndex:
         self.last_postings = 0
 
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)):
-        k1, weights, b = _check_config(k1, weights, b)
+        k1, weights, b = check_config(k1, weights, b)
         self._k1 = k1
         self._lead = LEAD_WEIGHT
         self._cjk_weights = True
@@ -816,7 +815,6 @@ cdef class SearchIndex:
         q.impact_blocks = self.impact_prime_blocks
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
-        q.ctab_on = False
         for f in range(3):
             for m in range(256):
                 q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
@@ -1058,8 +1056,7 @@ cdef class SearchIndex:
         pruned = (not exhaustive and total >= self.prune_min_postings
                   and total * IX_WINDOW >= self.prune_density * self._n_docs)
         self.last_pruned = pruned
-        if pruned and total >= IX_CTAB_MIN:
-            _fill_ctab(&q)
+        _set_ctab(&q, pruned, total)
         # Scratch sized by the query: the lists of the segment that has the most of them.
         for m in range(self._n_views):
             nl = 0

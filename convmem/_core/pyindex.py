@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from convmem._core.bm25f import check_config
+
 FIELDS = ("content", "summary", "tags")
 ARRAYS_FORMAT = 5  # 4: doc_meta holds the role in bits 5-6; 5: content lead flags
 BLOCK = 128  # postings per compressed block
@@ -226,23 +228,13 @@ def _as_keys(keys) -> list[int]:
     return [int(k) for k in np.asarray(keys, dtype=np.uint64).ravel()]
 
 
-def _check_weights(k1, weights, b) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
-    weights = tuple(float(w) for w in weights)
-    b = tuple(float(x) for x in b)
-    if len(weights) != 3 or len(b) != 3:
-        raise ValueError("weights and b need one value per field (content, summary, tags)")
-    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
-        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
-    return float(k1), weights, b
-
-
 class SearchIndex:
     """BM25F over (content, summary, tags) with filters and a deterministic top-k."""
 
     ADD_BATCH_RELEASES_GIL = False  # (add_batch holds the GIL: the catalog calls it inline)
 
     def __init__(self, k1: float = 1.2, weights=(1.0, 1.5, 2.0), b=(0.75, 0.75, 0.5)) -> None:
-        self._k1, self._w, self._b = _check_weights(k1, weights, b)
+        self._k1, self._w, self._b = check_config(k1, weights, b)
         self._lead = LEAD_WEIGHT
         self._cjk_weights = True
         self._docs: list[_Doc] = []

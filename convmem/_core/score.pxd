@@ -20,7 +20,7 @@ cdef enum:
     IX_IMPACT_MIN_NB = 256  # ... taken from lists of at least this many blocks
     IX_PRIME_PER_K = 4      # _prime scores exactly at most this many docs per result asked
     IX_CTAB_TF = 4          # _approx_total's table: content tfs 1..IX_CTAB_TF at each length,
-    IX_CTAB_MIN = 30000     # for queries touching at least this many postings (_fill_ctab)
+    IX_CTAB_MIN = 30000     # for queries touching at least this many postings (_set_ctab)
     # When the pruned scorer is used (benchmarks/README.md "Choosing the scorer"): it has a fixed
     # cost, the first windows scored in full until the heap holds k and its k-th score has risen,
     # and a cost per window, the bounds of every list. So a query is pruned when it has at least
@@ -121,8 +121,9 @@ cdef struct Query:
     int64_t impact_blocks   # _prime's blocks of highest maximum (at most IX_IMPACT_BLOCKS; 0: none)
 
 
-# One posting list of the current segment during a query: a term-at-a-time position (with the
-# decoded block), a block position for the window bounds and a probe cursor.
+# One posting list of the current segment during a query: a term-at-a-time position, the block
+# decoded (read by the term-at-a-time, the sparse bounds and the probes), a block position for
+# the window bounds and the probes' place.
 cdef struct LState:
     const PList* L
     int64_t tblk            # term-at-a-time: the first block not finished
@@ -226,9 +227,9 @@ cdef int64_t _group_df(Query* q, const Group* g, const PList* lists,
 # query's): its k-th score is then known before the sweep (_prime). Leaves the top k in e.heap,
 # best first, their breakdowns in e.hbd.
 # The BM25F configuration (k1, three weights, three b) as floats, or ValueError.
-cdef tuple _check_config(k1, weights, b)
-# Fill q.ctab from q.qnorm, q.w and q.k1, and turn it on.
-cdef void _fill_ctab(Query* q) noexcept nogil
+# q.ctab on (filled from q.qnorm, q.w and q.k1) for a pruned query of IX_CTAB_MIN postings or
+# more, else off.
+cdef void _set_ctab(Query* q, bint pruned, int64_t postings) noexcept nogil
 # Set the query's filters (docs/SCORING.md "Results") and the filter maxima columns they allow.
 cdef void _set_filters(Query* q, int64_t session, int64_t kind_mask, int64_t tier_mask,
                        int64_t role_mask, int64_t min_importance, const uint64_t* tags,

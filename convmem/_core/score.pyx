@@ -227,17 +227,6 @@ cdef inline double _ub(const Query* q, double idf, double big_x) noexcept nogil:
     return idf * big_x / (q.k1 + big_x) + q.lead * idf
 
 
-cdef tuple _check_config(k1, weights, b):
-    """BM25F's configuration checked: (k1, weights, b) as floats, or ValueError."""
-    weights = tuple(float(w) for w in weights)
-    b = tuple(float(x) for x in b)
-    if len(weights) != 3 or len(b) != 3:
-        raise ValueError("weights and b need one value per field (content, summary, tags)")
-    if not k1 > 0 or any(not w >= 0 for w in weights) or any(not 0 <= x <= 1 for x in b):
-        raise ValueError("need k1 > 0, weights >= 0 and 0 <= b <= 1")
-    return float(k1), weights, b
-
-
 def _qlen_floor(uint32_t n) -> int:
     """Tests: the length a content length of n is bounded with."""
     return _qlen_value(_qlen_code(n))
@@ -570,14 +559,16 @@ cdef uint32_t _probe_group(Eng* e, int64_t g, uint32_t d) noexcept nogil:
     return w
 
 
-cdef void _fill_ctab(Query* q) noexcept nogil:
+cdef void _set_ctab(Query* q, bint pruned, int64_t postings) noexcept nogil:
     cdef int64_t t, m
     cdef double a
+    q.ctab_on = pruned and postings >= IX_CTAB_MIN
+    if not q.ctab_on:
+        return
     for t in range(1, IX_CTAB_TF + 1):
         a = q.w[0] * <double>t
         for m in range(256):
             q.ctab[(t - 1) * 256 + m] = a / (q.k1 * q.qnorm[m] + a)
-    q.ctab_on = True
 
 
 cdef inline double _approx_total(const Query* q, uint32_t d, uint32_t w, double idf) noexcept nogil:
