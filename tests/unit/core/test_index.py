@@ -1357,3 +1357,15 @@ def test_every_doc_delta_and_tf_width_decodes_exactly() -> None:
             assert_same(got, want)
         if len(q) == 1:
             assert set(ixs[0].search(q, len(tf_of))[0].tolist()) == set(tf_of)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"weights": (1.0, 2.0)}, "one value per field"),
+    ({"b": (0.5, 0.5, 1.5)}, "0 <= b <= 1"),
+    ({"k1": 0.0}, "k1 > 0"),
+    ({"weights": (1.0, -1.0, 1.0)}, "weights >= 0"),
+])
+def test_both_indexes_reject_a_bad_bm25f_configuration(kwargs: dict, message: str) -> None:
+    for cls in (compiled.SearchIndex, twin.SearchIndex):
+        with pytest.raises(ValueError, match=message):
+            cls(**kwargs)
