@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -385,8 +386,32 @@ def test_gate_smoke(tmp_path: Path) -> None:
     done = run("gate.py", "--checks", "write", "--writes", "20", "--json", str(tmp_path / "g.json"),
                data=tmp_path, ok=False)
     assert done.returncode in (0, 1), done.stderr[-2000:]
-    assert "write_wait_median_over_fdatasync_floor" in done.stdout and "gate: " in done.stdout
-    assert (tmp_path / "g.json").is_file()
+    assert "gate: " in done.stdout
+    report = json.loads((tmp_path / "g.json").read_text())
+    # Judged where the directory's fdatasync reaches a disk; reported as not judged, saying
+    # why, where it is too cheap to (a CI machine's tmp measured 48 us): one or the other.
+    judged = "write_wait_median_over_fdatasync_floor" in report["ratios"]
+    not_judged = "write_not_judged" in report["figures"]
+    assert judged != not_judged, report
+    if judged:
+        assert "write_wait_median_over_fdatasync_floor" in done.stdout
+    else:
+        assert "no disk flush to compare with" in done.stderr
+    assert report["figures"]["write_us"]["fdatasync_floor"]["median"] > 0
+
+
+def test_gate_does_not_judge_writes_on_tmpfs(tmp_path: Path) -> None:
+    """On tmpfs fdatasync reaches no disk: the write ratio is reported as not judged, not
+    passed or failed against nothing."""
+    shm = Path("/dev/shm")
+    assert shm.is_dir(), "Linux provides /dev/shm (tmpfs)"
+    with tempfile.TemporaryDirectory(dir=shm) as work:
+        done = run("gate.py", "--checks", "write", "--writes", "20", "--workdir", work,
+                   "--json", str(tmp_path / "g.json"), data=tmp_path, ok=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads((tmp_path / "g.json").read_text())
+    assert "write_wait_median_over_fdatasync_floor" not in report["ratios"], report
+    assert "no disk flush to compare with" in report["figures"]["write_not_judged"]
 
 
 
