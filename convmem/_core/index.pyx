@@ -55,8 +55,8 @@ from convmem._core.postings import DamagedPostings
 from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_LIVE, IX_TF_CAP,
                                      IX_ULID, DocCols, FieldPostings, PList,
                                      SegView, _block, _chains_segment, _cmp_u32, _cmp_u64,
-                                     _empty_field_arrays, _find_block, _lists_ok, _merge,
-                                     _merge_newest,
+                                     _empty_field_arrays, _find_block, _handed_out, _lists_ok,
+                                     _merge, _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, lower_bound_u32)
@@ -756,7 +756,7 @@ cdef class SearchIndex:
         if len(segs) > 1 or (len(segs) == 1 and (<_Segment>segs[0]).v.n_dead > 0):
             m = _merge(segs, <const uint8_t*>self._meta.data, NULL, NULL, &cols,
                        (<_Segment>segs[0]).v.doc_lo,
-                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, c0, cb)
+                       (<_Segment>segs[len(segs) - 1]).v.doc_hi, c0, cb, True)
             self._set_segments([m] if _nonempty(m) else [])
 
     # -- search ---------------------------------------------------------------------------------
@@ -1303,7 +1303,7 @@ cdef class SearchIndex:
             self._flush()
             fz.base = self._doc_arrays(True)
             fz.table_len = self._t_table.len  # (arrays() builds the term table: no copy here)
-            fz.segs = list(self._segs)
+            fz.segs = _handed_out(list(self._segs))  # (fz merges them later, off the lock)
             self._norm(fz.c0, fz.cb)
             fz.need_merge = len(fz.segs) > 1 or (len(fz.segs) == 1
                                                   and (<_Segment>fz.segs[0]).v.n_dead > 0)
@@ -1324,8 +1324,8 @@ cdef class SearchIndex:
         cdef int f
         self._merge_segments()
         out = self._doc_arrays()
-        seg_arrays = (<_Segment>self._segs[0]).arrays if self._segs else \
-            _empty_field_arrays() * 3
+        segs = _handed_out(self._segs[:1])
+        seg_arrays = (<_Segment>segs[0]).arrays if segs else _empty_field_arrays() * 3
         for f, name in enumerate(FIELDS):
             out[f"post_terms_{name}"] = seg_arrays[3 * f]
             out[f"post_offsets_{name}"] = seg_arrays[3 * f + 1]

@@ -163,6 +163,9 @@ cdef class _Segment:
     cdef list bm_arrays     # numpy arrays of the block maxima, 3 per field
     cdef list bx_arrays     # the filter maxima, 1 per field (empty: not known)
     cdef uint8_t* checked_mem   # the checked[] bytes of the three fields (NULL: none)
+    # Built here (a flush or a merge) and never handed out since (SearchIndex.freeze, to_arrays):
+    # a merge that replaces it may give its lists' pages back as it reads past them (_merge).
+    cdef bint private
 
 
 # ---- small helpers ---------------------------------------------------------------------------
@@ -482,10 +485,14 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
                             const int32_t* b_next, const uint8_t* meta, uint32_t lo, uint32_t hi,
                             const DocCols* cols, const double* c0, const double* cb)
 # One segment with the live postings of `segs` (ascending doc ranges); dmap/tmap (may be NULL)
-# renumber docs/terms and must be increasing on what is kept.
+# renumber docs/terms and must be increasing on what is kept. With `release` the caller drops
+# `segs` once it returns: their private lists' pages go back to the kernel as the merge reads
+# past them (DamagedPostings if it then fails: they are unreadable).
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
-                     const double* cb)
+                     const double* cb, bint release=*)
+# The segments, marked as no longer private (their arrays or the segments go out of the index).
+cdef list _handed_out(list segs)
 # The merge policy after a flush: the newest segments merged, F at a time (2 a binary counter).
 cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
                         const double* c0, const double* cb)

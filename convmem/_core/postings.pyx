@@ -16,10 +16,32 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from convmem._core.shared cimport garr_take
-from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctz, garr_free, garr_grow,
-                                    garr_init, load_u32, store_u32)
+from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, __builtin_ctz, cm_give_back,
+                                    garr_free, garr_grow, garr_init, load_u32, store_u32)
+from cpython.ref cimport Py_REFCNT
 
 cnp.import_array()
+
+# A releasing merge (_merge) gives its inputs' pages back each time it has read this many bytes
+# past the last give-back of an input: a syscall per few hundred lists at most.
+cdef int64_t _give_back_step = 1 << 20
+# ... and only where the field's merged lists stay well under the 4 GiB a field may hold: a merge
+# that fails on that limit leaves its inputs readable (OverflowError, nothing lost).
+cdef int64_t GIVE_BACK_MAX = 0xE0000000
+
+
+cdef int64_t _given_back = 0                 # bytes given back since the module loaded
+
+
+def _set_give_back_step(int64_t n) -> None:
+    """Tests: a step of one page lets small segments exercise the give-back."""
+    global _give_back_step
+    _give_back_step = max(n, 1)
+
+
+def _given_back_bytes() -> int:
+    """Tests: the bytes of merged lists given back so far (at most what they held)."""
+    return _given_back
 
 
 class DamagedPostings(ValueError):
@@ -536,12 +558,14 @@ cdef int _raise_build_error(int rc) except -1:
 
 cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* meta,
                       const int64_t* dmap, const int64_t* tmap, int64_t* cur, FieldOut* out,
-                      GArr* tdocs, GArr* ttfs) noexcept nogil:
+                      GArr* tdocs, GArr* ttfs, int64_t* given) noexcept nogil:
     """k-way merge of one field of segments with ascending doc ranges, dropping dead docs.
 
     `dmap`/`tmap` (may be NULL) renumber docs/terms; both must be increasing on what is kept, so
     the output stays sorted. A list that only one segment holds, with nothing to drop or
-    renumber, is copied as it is (lists hold absolute doc ids). Returns 0, -1 or -2 (_out_term).
+    renumber, is copied as it is (lists hold absolute doc ids). `given[s]` >= 0: segment s's
+    lists are read once, in order, and nothing reads them after: the pages read past go back
+    to the kernel, `given[s]` the offset up to which they went. Returns 0, -1 or -2 (_out_term).
     """
     cdef int64_t s, i, j, c, n, holders, only, lo, hi
     cdef uint32_t t, d
@@ -569,6 +593,11 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
                 only = s
         if holders == 0:
             break
+        for s in range(k):
+            if given[s] >= 0:
+                fp = &views[s].f[f]
+                if fp.offsets[cur[s]] - given[s] >= _give_back_step:
+                    given[s] = cm_give_back(fp.data, given[s], fp.offsets[cur[s]])
         if holders == 1 and dmap == NULL and views[only].n_dead == 0:
             fp = &views[only].f[f]
             lo = fp.offsets[cur[only]]
@@ -609,34 +638,74 @@ cdef int _merge_field(const SegView* views, int64_t k, int f, const uint8_t* met
                        <uint8_t*>ttfs.data, n)
         if rc < 0:
             return rc
+    for s in range(k):
+        if given[s] >= 0:
+            given[s] = cm_give_back(views[s].f[f].data, given[s], views[s].f[f].n_bytes)
     return 0
+
+
+cdef bint _held_only_by(list arrays, Py_ssize_t i):
+    """Whether arrays[i], and the arrays and block under it, are held by nothing but the list
+    and each other: no view of its memory is left anywhere else."""
+    cdef object o = arrays[i]
+    if Py_REFCNT(o) != 2:                     # (the list, o)
+        return False
+    cdef object b = o.base
+    while b is not None:
+        if Py_REFCNT(b) != 2:                 # (what it is the base of, b)
+            return False
+        if not isinstance(b, np.ndarray):
+            break
+        b = b.base
+    return True
 
 
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
-                     const double* cb):
-    """One segment with the live postings of `segs` (ascending doc ranges)."""
-    cdef int64_t k = len(segs), s
+                     const double* cb, bint release=False):
+    """One segment with the live postings of `segs` (ascending doc ranges); see postings.pxd
+    for `release`. A merge of the segments of millions of messages would otherwise hold its
+    output beside all of its inputs (the peak of a bulk import's memory): with it, about one of
+    them."""
+    global _given_back
+    cdef int64_t k = len(segs), s, total
     cdef int f, rc = 0
+    cdef bint gave = False
     cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(k * sizeof(SegView) + 1))
     cdef int64_t* cur = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
+    cdef int64_t* given = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
     cdef list arrays = []
     cdef FieldOut out
     cdef GArr tdocs, ttfs
+    cdef _Segment m
     _out_init_empty(&out)
     garr_init(&tdocs, 1, 1)
     garr_init(&ttfs, 1, 1)
     try:
-        if views == NULL or cur == NULL:
+        if views == NULL or cur == NULL or given == NULL:
             raise MemoryError()
         for s in range(k):
             _seg_check_all(<_Segment>segs[s])     # (raw list bytes may be copied as they are)
             views[s] = (<_Segment>segs[s]).v
         for f in range(3):
+            total = 0
+            for s in range(k):
+                total += views[s].f[f].n_bytes
+            for s in range(k):
+                given[s] = 0 if (release and total <= GIVE_BACK_MAX
+                                 and (<_Segment>segs[s]).private
+                                 and _held_only_by((<_Segment>segs[s]).arrays, 3 * f + 2)) else -1
             with nogil:
                 rc = _out_init(&out, f == 0)
                 if rc == 0:
-                    rc = _merge_field(views, k, f, meta, dmap, tmap, cur, &out, &tdocs, &ttfs)
+                    rc = _merge_field(views, k, f, meta, dmap, tmap, cur, &out, &tdocs, &ttfs,
+                                      given)
+            for s in range(k):
+                gave = gave or given[s] > 0
+                _given_back += max(given[s], 0)
+            if rc < 0 and gave:
+                raise DamagedPostings("a merge failed after giving back the memory of the "
+                                      "lists it had read (out of memory): the segments are lost")
             if rc < 0:
                 _raise_build_error(rc)
             arrays += _out_arrays(&out)
@@ -646,9 +715,19 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         garr_free(&ttfs)
         PyMem_Free(views)
         PyMem_Free(cur)
-    return _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
+        PyMem_Free(given)
+    m = _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
+    m.private = True
+    return m
 
 
+
+
+cdef list _handed_out(list segs):
+    cdef _Segment s
+    for s in segs:
+        s.private = False
+    return segs
 
 
 cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
@@ -666,7 +745,8 @@ cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols
         if (a.v.doc_hi - a.v.doc_lo - a.v.n_dead) > (1 if F == 2 else 2) * (
                 b.v.doc_hi - b.v.doc_lo - b.v.n_dead):
             break
-        m = _merge(segs[len(segs) - F:], meta, NULL, NULL, cols, a.v.doc_lo, b.v.doc_hi, c0, cb)
+        m = _merge(segs[len(segs) - F:], meta, NULL, NULL, cols, a.v.doc_lo, b.v.doc_hi, c0, cb,
+                   True)
         segs = segs[:len(segs) - F] + ([m] if _nonempty(m) else [])
     return segs
 
@@ -685,6 +765,7 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
     cdef int64_t i, f
     cdef int64_t cnt[3]
     cdef int32_t e
+    cdef _Segment seg
     cdef FieldOut outs[3]
     cdef GArr tdocs[3]
     cdef GArr ttfs[3]
@@ -740,7 +821,9 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
             garr_free(&ttfs[f])
     if not any(arrays[3 * f + 2].shape[0] for f in range(3)):
         return None
-    return _segment(lo, hi, arrays, cols, c0, cb)
+    seg = _segment(lo, hi, arrays, cols, c0, cb)
+    seg.private = True
+    return seg
 
 
 cdef bint _nonempty(_Segment s) noexcept:

@@ -5,7 +5,9 @@ freed) inside the heap, and returns only the top of it on its own. After rebuild
 messages 200 MB of such free memory stayed resident (anonymous RSS 263 MB; 61 MB once trimmed),
 after a bulk import of 1M 148 MB (587 MB; 439 once trimmed, in 34 ms). Only those two ask for
 it: the trim takes the allocator's locks, which a periodic snapshot's thread must not do while
-writes run.
+writes run. A `convmem` process that holds a store also fixes the threshold at 128 KiB
+(shared.tune_allocator), so that big blocks never land in the heap; what smaller ones leave is
+trimmed here.
 """
 from __future__ import annotations
 

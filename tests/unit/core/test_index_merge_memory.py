@@ -12,6 +12,7 @@ import importlib
 import tracemalloc
 
 import numpy as np
+import pytest
 from test_char_lists import _build, _docs, _results
 
 import convmem._core.pyindex as twin
@@ -80,3 +81,84 @@ def test_handed_over_buffers_are_freed_with_the_index() -> None:
     assert held > 20_000
     # each cycle would leave `held` bytes behind if the buffers were not freed
     assert left[-1] - left[0] < held, (left, held)
+
+
+# -- a merge gives back the lists it has read (postings._merge's `release`)
+
+postings = importlib.import_module("convmem._core.postings")
+
+
+@pytest.fixture
+def page_step():
+    """Give back after every page read, so that small segments exercise it."""
+    postings._set_give_back_step(4096)
+    yield
+    postings._set_give_back_step(1 << 20)
+
+
+def _segmented(docs, cls=compiled.SearchIndex):
+    """An index of several segments (merge factor 8: flushed segments pile up) and a buffer."""
+    ix = cls()
+    ix.merge_factor = 8
+    for d, args in enumerate(docs):
+        ix.add(d, *args)
+    return ix
+
+
+def test_a_merge_gives_back_the_lists_it_read_and_serves_the_same(page_step) -> None:
+    docs = _docs(9, 10000)
+    ix = _segmented(docs)
+    assert ix.n_segments >= 3
+    held = ix.nbytes()["postings"]  # (every segment's arrays and the buffer)
+    before = postings._given_back_bytes()
+    for d in (5, 17, 8000):
+        ix.remove(d, *docs[d][:3])
+    ix.merge_segments()
+    given = postings._given_back_bytes() - before
+    assert ix.n_segments == 1
+    ref = _build(twin.SearchIndex, docs)
+    for d in (5, 17, 8000):
+        ref.remove(d, *docs[d][:3])
+    assert _results(ix) == _results(ref)
+    # the inputs held about what the output holds (three docs fewer): most of it went back
+    merged = sum(a.nbytes for n, a in ix.to_arrays().items() if n.startswith("post_data_"))
+    assert given > merged // 2, (given, merged)
+    assert given <= held
+
+
+def test_segments_a_freeze_holds_are_not_given_back(page_step) -> None:
+    """A frozen index merges its segments later, off the lock: the live index's merges of the
+    same segments must leave their memory alone."""
+    docs = _docs(10, 12000)
+    ix = _segmented(docs[:10000])
+    assert ix.n_segments >= 3
+    ref = _segmented(docs[:10000])  # (the same index, merged at once)
+    expect = {**ref.to_arrays(), **ref.block_max_arrays()}
+    frozen = ix.freeze()
+    before = postings._given_back_bytes()
+    for d in range(10000, 12000):
+        ix.add(d, *docs[d])
+    ix.merge_segments()  # reads the frozen segments, with the new ones
+    assert ix.n_segments == 1
+    got = frozen.arrays()
+    assert sorted(got) == sorted(expect)
+    for name in got:
+        assert np.array_equal(got[name], expect[name]), name
+    assert _results(ix) == _results(_build(twin.SearchIndex, docs))
+    # only the segments built after the freeze went back
+    assert postings._given_back_bytes() - before < sum(
+        a.nbytes for n, a in got.items() if n.startswith("post_data_"))
+
+
+def test_postings_handed_out_are_not_given_back(page_step) -> None:
+    """to_arrays' arrays are the segment's own: a later merge of that segment leaves them whole."""
+    docs = _docs(11, 12000)
+    ix = _segmented(docs[:10000])
+    arrays = ix.to_arrays()
+    copy = {n: a.copy() for n, a in arrays.items() if n.startswith("post_")}
+    for d in range(10000, 12000):
+        ix.add(d, *docs[d])
+    ix.merge_segments()
+    for name, a in copy.items():
+        assert np.array_equal(arrays[name], a), name
+    assert _results(ix) == _results(_build(twin.SearchIndex, docs))
