@@ -1,0 +1,59 @@
+"""shared.tune_allocator: a process holding a store maps every block of 128 KiB or more apart
+(glibc's mmap threshold fixed), so that freed arrays go back to the kernel instead of leaving
+resident holes in the heap; SharedStore sets it as it becomes a store's owner."""
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import convmem._core as core
+
+GLIBC = platform.libc_ver()[0] == "glibc"
+
+# In a process of its own: glibc's threshold is per process and, once fixed, stays fixed.
+PROBE = textwrap.dedent("""
+    import ctypes, importlib
+    libc = ctypes.CDLL("libc.so.6")
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
+                    "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    libc.mallinfo2.restype = Info
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    def mapped_apart(size):
+        before = libc.mallinfo2().hblks
+        p = libc.malloc(size)
+        apart = libc.mallinfo2().hblks == before + 1
+        libc.free(p)
+        return apart
+    libc.free(libc.malloc(24 << 20))  # a mapped block freed: glibc raises its threshold past it
+    print("before", mapped_apart(300_000))
+    print("tuned", importlib.import_module("convmem._core.shared").tune_allocator())
+    print("after", mapped_apart(300_000))
+""")
+
+
+@pytest.mark.skipif(not GLIBC, reason="the setting is glibc's (mallopt M_MMAP_THRESHOLD)")
+def test_blocks_of_128_kib_and_more_are_mapped_apart_once_tuned() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    # untuned, a 300 KB block came from the heap once a larger mapped block had been freed
+    assert done.stdout.split() == ["before", "False", "tuned", "True", "after", "True"]
+
+
+def test_the_owner_of_a_store_tunes_the_allocator(tmp_path, monkeypatch) -> None:
+    from convmem.owner import SharedStore
+
+    calls = []
+    monkeypatch.setattr(core, "tune_allocator", lambda: calls.append(1) or True)
+    with SharedStore.open(tmp_path) as owner:
+        assert calls == [1]
+        with SharedStore.open(tmp_path) as relay:  # a relay holds no store: no call
+            relay.get_system_health()
+        assert calls == [1]
+        owner.get_system_health()
