@@ -487,7 +487,8 @@ cdef object _chains_segment(const uint32_t* terms, int64_t nbt, const int32_t* h
 # One segment with the live postings of `segs` (ascending doc ranges); dmap/tmap (may be NULL)
 # renumber docs/terms and must be increasing on what is kept. With `release` the caller drops
 # `segs` once it returns: their private lists' pages go back to the kernel as the merge reads
-# past them (DamagedPostings if it then fails: they are unreadable).
+# past them (DamagedPostings if anything then fails: they are unreadable; the store rebuilds its
+# state from the log on it).
 cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const int64_t* tmap,
                      const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi, const double* c0,
                      const double* cb, bint release=*)

@@ -44,6 +44,16 @@ def _given_back_bytes() -> int:
     return _given_back
 
 
+cdef int64_t _merge_fault = 0
+
+
+def _plant_merge_fault(int64_t n) -> None:
+    """Tests: the n-th releasing merge from now raises MemoryError once its first field has been
+    merged (0: none)."""
+    global _merge_fault
+    _merge_fault = n
+
+
 class DamagedPostings(ValueError):
     """A posting list of a mapped snapshot failed its check when first used: it is never read.
     (Its own type, so that callers tell this damage from a bad argument.)"""
@@ -667,10 +677,10 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
     for `release`. A merge of the segments of millions of messages would otherwise hold its
     output beside all of its inputs (the peak of a bulk import's memory): with it, about one of
     them."""
-    global _given_back
+    global _given_back, _merge_fault
     cdef int64_t k = len(segs), s, total
     cdef int f, rc = 0
-    cdef bint gave = False
+    cdef bint gave = False, planted = False
     cdef SegView* views = <SegView*>PyMem_Malloc(<size_t>(k * sizeof(SegView) + 1))
     cdef int64_t* cur = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
     cdef int64_t* given = <int64_t*>PyMem_Malloc(<size_t>(k * sizeof(int64_t) + 1))
@@ -681,6 +691,9 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
     _out_init_empty(&out)
     garr_init(&tdocs, 1, 1)
     garr_init(&ttfs, 1, 1)
+    if release and _merge_fault > 0:
+        _merge_fault -= 1
+        planted = _merge_fault == 0
     try:
         if views == NULL or cur == NULL or given == NULL:
             raise MemoryError()
@@ -703,12 +716,17 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
             for s in range(k):
                 gave = gave or given[s] > 0
                 _given_back += max(given[s], 0)
-            if rc < 0 and gave:
-                raise DamagedPostings("a merge failed after giving back the memory of the "
-                                      "lists it had read (out of memory): the segments are lost")
             if rc < 0:
                 _raise_build_error(rc)
+            if planted:
+                raise MemoryError("a planted fault (tests)")
             arrays += _out_arrays(&out)
+        m = _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
+    except BaseException as exc:
+        if gave:  # (whatever failed: the inputs can no longer be read, nor kept)
+            raise DamagedPostings("a merge failed after giving back the memory of the lists it "
+                                  f"had read ({type(exc).__name__}): its segments are lost") from exc
+        raise
     finally:
         _out_free(&out)
         garr_free(&tdocs)
@@ -716,7 +734,6 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
         PyMem_Free(views)
         PyMem_Free(cur)
         PyMem_Free(given)
-    m = _segment(doc_lo, doc_hi, arrays, cols, c0, cb)
     m.private = True
     return m
 

@@ -264,7 +264,9 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
                 raise
 
     def _index_damaged(self, exc: ValueError) -> None:
-        self._reload_from_log(f"CORRUPT_STORE: the snapshot's search index is damaged ({exc}); "
+        # (a mapped snapshot's list that failed its check, or a merge that failed after giving
+        # back its inputs' memory: postings._merge)
+        self._reload_from_log(f"CORRUPT_STORE: the search index is damaged ({exc}); "
                               "state rebuilt from the log")
 
     def _rebuild_state(self, why: str) -> None:

@@ -162,3 +162,33 @@ def test_postings_handed_out_are_not_given_back(page_step) -> None:
     for name, a in copy.items():
         assert np.array_equal(arrays[name], a), name
     assert _results(ix) == _results(_build(twin.SearchIndex, docs))
+
+
+def test_a_merge_that_fails_after_giving_back_says_its_segments_are_lost(page_step) -> None:
+    """Its inputs can no longer be read: the failure is DamagedPostings (the store rebuilds its
+    state from the log on it), never a MemoryError that would leave them served."""
+    docs = _docs(12, 10000)
+    ix = _segmented(docs)
+    assert ix.n_segments >= 3
+    postings._plant_merge_fault(1)
+    try:
+        with pytest.raises(postings.DamagedPostings, match="giving back") as err:
+            ix.merge_segments()
+    finally:
+        postings._plant_merge_fault(0)
+    assert isinstance(err.value.__cause__, MemoryError)
+
+
+def test_a_merge_that_fails_before_giving_back_leaves_the_index_whole(page_step) -> None:
+    """Segments a freeze holds are not given back: the planted failure stays a MemoryError and
+    the index serves what it served."""
+    docs = _docs(13, 10000)
+    ix = _segmented(docs)
+    ix.freeze()
+    postings._plant_merge_fault(1)
+    try:
+        with pytest.raises(MemoryError, match="planted"):
+            ix.merge_segments()
+    finally:
+        postings._plant_merge_fault(0)
+    assert _results(ix) == _results(_build(twin.SearchIndex, docs))
