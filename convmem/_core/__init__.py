@@ -22,15 +22,9 @@ if PURE:
 
     CORE_KIND = "pure-python"
     BUILD_TYPE = "n/a"
-
-    def tune_allocator() -> bool:
-        """(The compiled core's setting of the C allocator: shared.tune_allocator.)"""
-        return False
     DEBUG_MODULES: tuple[str, ...] = ()
 else:
     from . import codec, idmap, index, postings, query, score, sections, syncer, tokenizer  # type: ignore[no-redef]
-
-    from .shared import tune_allocator  # type: ignore[no-redef]
 
     CORE_KIND = "compiled"
     # One module left from a debug build makes the whole core unfit for measuring.
@@ -42,4 +36,4 @@ else:
 CORE_PATH = str(Path(index.__file__).resolve().parent)
 
 __all__ = ["codec", "idmap", "tokenizer", "index", "syncer", "CORE_KIND", "BUILD_TYPE", "CORE_PATH",
-           "DEBUG_MODULES", "PURE", "tune_allocator"]
+           "DEBUG_MODULES", "PURE"]

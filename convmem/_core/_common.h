@@ -1,7 +1,7 @@
 /* Shared C helpers of convmem's compiled core (declared for Cython in _common.pxd).
  *
- * Only what is natural in C lives here: the invariant-check macro, the worker thread and the
- * bit unpacking specialised by width. The
+ * Only what is natural in C lives here: the invariant-check macro, the worker thread, the
+ * bit unpacking specialised by width and giving pages back to the kernel. The
  * Cython-level helpers (little-endian loads, splitmix64, the growable buffer) are cdef inline
  * functions in _common.pxd. Every module is compiled with the same CONVMEM_DEBUG setting
  * (setup.py), so a check is either in every module or in none.
@@ -18,32 +18,14 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
-/* ---- the allocator ---------------------------------------------------------------------------
- * cm_tune_malloc(): every block of 128 KiB or more gets a mapping of its own, given back to the
- * kernel when freed. glibc's default raises that threshold to the size of the largest mapped
- * block freed so far (up to 32 MiB), after which such blocks come from the heap; a store's
- * arrays grow, merge and are copied for snapshots by the thousand while an import runs, and the
- * holes they leave in the heap stayed resident (a 1M import's heap held 184 MB free of 288).
- * 1 when set, 0 where the C library has no such setting.
- */
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-static inline int cm_tune_malloc(void) {
-#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD)
-    return mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1;
-#else
-    return 0;
-#endif
-}
-
-/* cm_give_back(p, lo, hi): the whole pages inside [p + lo, p + hi) go back to the kernel
+/* ---- pages given back ------------------------------------------------------------------------
+ * cm_give_back(p, lo, hi): the whole pages inside [p + lo, p + hi) go back to the kernel
  * (MADV_DONTNEED: they read as zeros afterwards, so only for memory nothing reads again).
  * Returns the offset from p up to which pages were given back: the next call's lo.
  */
-#include <sys/mman.h>
 static inline int64_t cm_give_back(const uint8_t *p, int64_t lo, int64_t hi) {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)(p + lo) + page - 1) & ~(page - 1);

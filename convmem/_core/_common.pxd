@@ -33,8 +33,6 @@ cdef extern from "_common.h" nogil:
     void cm_store_relaxed(double* p, double v)
     # The whole pages of [p + lo, p + hi) given back (read as zeros after); returns the new lo.
     int64_t cm_give_back(const uint8_t* p, int64_t lo, int64_t hi)
-    # Blocks of 128 KiB and more mapped apart, so that freeing them gives them back (_common.h).
-    int cm_tune_malloc()
     # The first n rounded down to 8 of a stream of `bits`-bit values (8 readable bytes past it).
     int64_t cm_unpack_groups(const uint8_t* p, int64_t n, int bits, uint32_t* out)
 

@@ -1296,9 +1296,8 @@ cdef class SearchIndex:
         buffer flushed, the doc columns and terms copied, the segments kept (they never change;
         a later remove only counts a dead doc in them, which the copied doc_meta does not see).
         `.arrays()` then merges and derives the rest without the lock, on any thread, while the
-        index goes on changing (the index itself is not merged)."""
+        index goes on changing (it is not merged; if it is, its char lists are built and kept)."""
         cdef _FrozenIndex fz = _FrozenIndex()
-        cdef _Segment seg
         with self._lock:
             self._flush()
             fz.base = self._doc_arrays(True)
@@ -1309,9 +1308,10 @@ cdef class SearchIndex:
                                                   and (<_Segment>fz.segs[0]).v.n_dead > 0)
             fz.cx = None
             fz.cx_min = IX_CX_MIN
-            if len(fz.segs) == 1 and not fz.need_merge and self._cx is not None \
-                    and self._cx_for is fz.segs[0]:
-                fz.cx = self._cx
+            if len(fz.segs) == 1 and not fz.need_merge:
+                self._build_cx()  # (once: the foreground snapshot froze the index it merged)
+                if self._cx is not None and self._cx_for is fz.segs[0]:
+                    fz.cx = self._cx
         return fz
 
     def to_arrays(self) -> dict:

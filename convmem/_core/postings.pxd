@@ -33,7 +33,8 @@ from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport qsort
 from libc.string cimport memcpy, memset
 
-from convmem._core._common cimport CM_ASSERT, CM_DEBUG, GArr, cm_unpack_groups, __builtin_clz, load_u32, mix64
+from convmem._core._common cimport (CM_ASSERT, CM_DEBUG, GArr, cm_unpack_groups, __builtin_clz,
+                                    load_u32, mix64)
 
 
 cdef enum:

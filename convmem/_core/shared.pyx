@@ -16,18 +16,10 @@ from libc.stdint cimport intptr_t
 
 import numpy as np
 
-from convmem._core._common cimport CM_ASSERT, cm_tune_malloc, garr_free
+from convmem._core._common cimport CM_ASSERT, garr_free
 from libc.string cimport memcpy
 
 cnp.import_array()
-
-
-def tune_allocator() -> bool:
-    """For the process that holds a store (the `convmem` command, at its start): blocks of
-    128 KiB and more are mapped apart and given back to the kernel when freed, so that the
-    process's RSS follows what it holds rather than the holes its arrays left in the heap
-    (_common.h, cm_tune_malloc). False where the C library has no such setting."""
-    return cm_tune_malloc() == 1
 
 
 cdef class SharedBlock:

@@ -384,12 +384,11 @@ class Catalog:
         postings and block maxima), or a column's `frozen` view (copied before a value of it
         changes), so the sections can be written off the store's mutex while writes go on.
         `release_frozen` once they are written."""
-        # Merged and its character lists built here, for the live index to keep, then frozen:
+        # Merged, then frozen (which builds the merged index's character lists, for it to keep):
         # the frozen arrays are to_arrays + block_max_arrays (derived, stored so that open does
         # not recompute them; the compiled index only) with the columns that only grow shared
         # rather than copied (at 10M messages half a gigabyte, at the peak of an import's end).
         self.index.merge_segments()
-        self.index.block_max_arrays()
         meta, arrays, later = self._state_sections()
         arrays.update(later())
         for name, arr in self.index.freeze().arrays().items():

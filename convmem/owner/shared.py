@@ -76,8 +76,7 @@ class SharedStore:
 
     def _attach(self) -> None:
         """Connect to the owner, or become it: whichever comes first."""
-        from ..api import MemoryStore  # (numpy and the core: only when needed)
-        from .._core import tune_allocator
+        from ..api import MemoryStore, heap  # (numpy and the core: only when needed)
 
         deadline = time.monotonic() + self._attach_seconds
         pause = 0.005
@@ -90,8 +89,8 @@ class SharedStore:
                 return
             try:
                 # This process holds the store from here: the blocks of its arrays freed go back
-                # to the kernel (shared.tune_allocator).
-                tune_allocator()
+                # to the kernel (api/heap.py).
+                heap.map_large_blocks_apart()
                 store = MemoryStore.open(self.directory, lock_note=SHARED_NOTE)
             except ConvMemError as exc:
                 if exc.code != BUSY:

@@ -82,6 +82,19 @@ def test_frozen_char_lists_are_kept_or_built() -> None:
         ix.search(np.array([uni(COMMON[0])], dtype=np.uint64), 10)[0].tolist()
 
 
+def test_freezing_a_merged_index_builds_its_char_lists_for_it_to_keep() -> None:
+    """The foreground snapshot merges, then freezes: the character lists are built once, and
+    both the frozen arrays and the live index's later searches have them."""
+    docs = _docs(3, 5000)
+    ix = _build(compiled.SearchIndex, docs)
+    ix.merge_segments()
+    assert ix.char_lists() is None
+    got = ix.freeze().arrays()
+    assert got["cx_chars"].tolist() == sorted(COMMON)
+    assert ix.char_lists().tolist() == sorted(COMMON)
+    assert _results(ix) == _results(_build(twin.SearchIndex, docs))
+
+
 def test_freeze_shares_the_growing_columns_until_released() -> None:
     """The compiled freeze() copies no column that only grows: its arrays view the index's own
     memory, which the index appends past and copies only to grow (past its capacity, here) or

@@ -1,6 +1,6 @@
-"""shared.tune_allocator: a process holding a store maps every block of 128 KiB or more apart
-(glibc's mmap threshold fixed), so that freed arrays go back to the kernel instead of leaving
-resident holes in the heap; SharedStore sets it as it becomes a store's owner."""
+"""heap.map_large_blocks_apart: a process holding a store maps every block of 128 KiB or more
+apart (glibc's mmap threshold fixed), so that freed arrays go back to the kernel instead of
+leaving resident holes in the heap; SharedStore sets it as it becomes a store's owner."""
 from __future__ import annotations
 
 import platform
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-import convmem._core as core
+from convmem.api import heap
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -18,23 +18,22 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 PROBE = textwrap.dedent("""
     import ctypes, importlib
     libc = ctypes.CDLL("libc.so.6")
-    class Info(ctypes.Structure):
-        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks",
-                    "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-    libc.mallinfo2.restype = Info
     libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
     libc.free.argtypes = [ctypes.c_void_p]
     def mapped_apart(size):
-        before = libc.mallinfo2().hblks
+        # glibc marks a block mapped apart in its chunk header (IS_MMAPPED, 0x2 of the size
+        # word before it): per block, whatever other threads allocate meanwhile
         p = libc.malloc(size)
-        apart = libc.mallinfo2().hblks == before + 1
+        apart = bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2)
         libc.free(p)
         return apart
     libc.free(libc.malloc(24 << 20))  # a mapped block freed: glibc raises its threshold past it
     print("before", mapped_apart(300_000))
-    print("tuned", importlib.import_module("convmem._core.shared").tune_allocator())
+    print("tuned", importlib.import_module("convmem.api.heap").map_large_blocks_apart())
     print("after", mapped_apart(300_000))
 """)
+
 
 
 @pytest.mark.skipif(not GLIBC, reason="the setting is glibc's (mallopt M_MMAP_THRESHOLD)")
@@ -50,7 +49,7 @@ def test_the_owner_of_a_store_tunes_the_allocator(tmp_path, monkeypatch) -> None
     from convmem.owner import SharedStore
 
     calls = []
-    monkeypatch.setattr(core, "tune_allocator", lambda: calls.append(1) or True)
+    monkeypatch.setattr(heap, "map_large_blocks_apart", lambda: calls.append(1) or True)
     with SharedStore.open(tmp_path) as owner:
         assert calls == [1]
         with SharedStore.open(tmp_path) as relay:  # a relay holds no store: no call
