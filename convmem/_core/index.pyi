@@ -2,7 +2,7 @@
 
 The pure-Python twin `convmem._core.pyindex` has exactly this API and gives the same results.
 """
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -122,6 +122,8 @@ class SearchIndex:
     @property
     def n_segments(self) -> int: ...  # (0 in the twin)
     def merge_segments(self) -> None: ...
+    def spill_postings(self, take: Callable[[npt.NDArray[np.uint8]], npt.NDArray[np.uint8] | None],
+                       min_bytes: int) -> int: ...
     def compacted(self) -> tuple[SearchIndex, npt.NDArray[np.int64]]: ...
     def nbytes(self) -> dict[str, int]: ...  # postings, terms, doc_columns, scratch
     def block_max_arrays(self) -> dict[str, np.ndarray]: ...  # compiled: stored block maxima

@@ -59,7 +59,7 @@ from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_
                                      _merge, _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
-                                     _sort_unique_u32, lower_bound_u32)
+                                     _sort_unique_u32, _spill, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
                                      _cx_segment, _FrozenIndex, _put_block_maxima,
                                      _put_char_lists, _qlen_sections)
@@ -758,6 +758,20 @@ cdef class SearchIndex:
                        (<_Segment>segs[0]).v.doc_lo,
                        (<_Segment>segs[len(segs) - 1]).v.doc_hi, c0, cb, True)
             self._set_segments([m] if _nonempty(m) else [])
+
+    def spill_postings(self, take, int64_t min_bytes) -> int:
+        """The list bytes of each field of at least `min_bytes` moved out of this process's
+        anonymous memory, in a merged index (one segment, built here and never handed out):
+        `take(data)` returns an array of the same bytes held elsewhere, or None to keep them
+        (store/spill.py: a file's read-only mapping). The bytes moved."""
+        cdef int64_t moved
+        with self._lock:
+            if len(self._segs) != 1:
+                return 0
+            moved = _spill(<_Segment>self._segs[0], take, min_bytes)
+            if moved:
+                self._set_segments(self._segs)  # (the views hold the data's address)
+            return moved
 
     # -- search ---------------------------------------------------------------------------------
 

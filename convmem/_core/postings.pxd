@@ -495,6 +495,10 @@ cdef _Segment _merge(list segs, const uint8_t* meta, const int64_t* dmap, const 
                      const double* cb, bint release=*)
 # The segments, marked as no longer private (their arrays or the segments go out of the index).
 cdef list _handed_out(list segs)
+# Each field's list bytes of a private segment, of at least min_bytes and held by nothing else,
+# replaced by take(data)'s array of the same bytes (a spill file's mapping) unless it answers
+# None; the bytes moved. The caller copies the segment's views again.
+cdef int64_t _spill(_Segment s, object take, int64_t min_bytes) except -1
 # The merge policy after a flush: the newest segments merged, F at a time (2 a binary counter).
 cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
                         const double* c0, const double* cb)

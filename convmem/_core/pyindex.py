@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -368,6 +369,11 @@ class SearchIndex:
 
     def merge_segments(self) -> None:
         """The twin has no segments."""
+
+    def spill_postings(self, take: Callable[[np.ndarray], np.ndarray | None],
+                       min_bytes: int) -> int:
+        """The twin's postings are Python lists, which no file can hold: none moved."""
+        return 0
 
     # -- scoring (docs/SCORING.md) --------------------------------------------------------------
 

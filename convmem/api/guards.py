@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._core import index as core_index
+from ..store.spill import SpilledDataChanged
 
 if TYPE_CHECKING:
     from .store import MemoryStore
@@ -62,9 +63,10 @@ def once_more(method: Callable[..., _T]) -> Callable[..., _T]:
     return run
 
 
-def is_index_damage(exc: BaseException) -> bool:
-    """A posting list of a mapped snapshot that failed its check when first used."""
-    return isinstance(exc, core_index.DamagedPostings)
+def is_index_damage(exc: BaseException | None) -> bool:
+    """A posting list of a mapped snapshot that failed its check when first used, or posting
+    data read back from a spill file that is not what was written to it."""
+    return isinstance(exc, (core_index.DamagedPostings, SpilledDataChanged))
 
 
 class Applying:

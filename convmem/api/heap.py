@@ -53,7 +53,8 @@ def give_back() -> bool:
 
 def map_large_blocks_apart() -> bool:
     """Blocks of 128 KiB and more get a mapping of their own from now on, given back to the
-    kernel when freed (mallopt M_MMAP_THRESHOLD); whether the C library took it."""
+    kernel when freed (mallopt M_MMAP_THRESHOLD), unless free heap memory already holds them:
+    the heap no longer grows for them. Whether the C library took it."""
     import ctypes
 
     mallopt = _libc_function("mallopt", ctypes.c_int, ctypes.c_int)

@@ -18,6 +18,7 @@ from ..errors import INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..store.background import background_thread
 from ..store.io import IoCounters
 from ..store.snapshot import write_snapshot
+from ..store.spill import SpillFile
 
 SNAPSHOT_EVERY_RECORDS = 50_000
 SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
@@ -67,8 +68,10 @@ class SnapshotJob:
 
     def __init__(self, path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
                  index_sections: Callable[[], dict[str, np.ndarray]] | None, io: IoCounters,
-                 catalog: Any, records: int, log_id: bytes) -> None:
+                 catalog: Any, records: int, log_id: bytes, spill: SpillFile | None = None,
+                 ) -> None:
         self.path, self.meta, self.arrays, self.io = path, meta, arrays, io
+        self.spill = spill  # (closed once the sections are written: store/spill.py)
         self.index_sections = index_sections  # (Catalog.freeze_state: merged here)
         self.catalog, self.records, self.log_id = catalog, records, log_id
         self.error: Exception | None = None
@@ -84,6 +87,9 @@ class SnapshotJob:
         finally:
             self.arrays = {}  # (the sections' memory goes as soon as they are written)
             self.index_sections = None
+            if self.spill is not None:
+                self.spill.close()  # (its mappings stay, in the index)
+                self.spill = None
 
     def start(self) -> None:
         self._thread = background_thread(self.run, "convmem-snapshot")

@@ -34,6 +34,7 @@ from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
 from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
+from ..store.spill import SpillFile, SpilledDataChanged
 from . import bulk, gc_pause, heap, search, snapshots, views
 from .maintenance import MaintenanceTools
 from .trash import TrashTools
@@ -168,6 +169,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         self._cadence = snapshots.Cadence()
         self._defer_snapshots = 0  # (deferring_snapshots blocks running)
         self._snapshot_job: snapshots.SnapshotJob | None = None  # a periodic snapshot being written
+        self._spill_trusted = True  # (until its file gives back bytes it was not given)
         if not self.read_only:
             for leftover in LEFTOVER_NAMES:
                 compaction.remove_quietly(self.directory / leftover)
@@ -319,11 +321,23 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         if not self._sections_checked(wait=not background):
             return  # (a later write tries again)
         index_sections = None
+        # (here, a merged index's large posting data moves to a file first: store/spill.py)
+        spill = None
+        if not background and self._spill_trusted:
+            spill = SpillFile(self.directory, self._io)
         try:
-            if background:  # (the index's sections are merged by the thread: freeze_state)
-                meta, arrays, index_sections = self._catalog.freeze_state()
-            else:
-                meta, arrays = self._catalog.snapshot_state()  # (merges the index's segments)
+            try:
+                if background:  # (the index's sections are merged by the thread: freeze_state)
+                    meta, arrays, index_sections = self._catalog.freeze_state()
+                elif spill is None:
+                    meta, arrays = self._catalog.snapshot_state()
+                else:
+                    meta, arrays = self._catalog.snapshot_state(spill.take, spill.min_bytes)
+                    spill.drop_pages()  # (what the character lists read of it)
+            except BaseException:
+                if spill is not None:
+                    spill.close()
+                raise
         except ValueError as exc:
             if not is_index_damage(exc):
                 raise
@@ -335,7 +349,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             raise self._snapshot_failed(exc, self._catalog.unsaved_records) from exc
         meta.update(self._log_meta(), covered_end=self._log.size)
         job = snapshots.SnapshotJob(self.directory / SNAPSHOT_NAME, meta, arrays, index_sections, self._io,
-                           self._catalog, self._catalog.unsaved_records, self._log.log_id)
+                           self._catalog, self._catalog.unsaved_records, self._log.log_id, spill)
         if background:
             self._snapshot_job = job
             job.start()
@@ -390,7 +404,9 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         exc = job.error
         job.catalog.release_frozen()  # (the job is over: nothing reads its sections any more)
         same = job.catalog is self._catalog and job.log_id == self._log.log_id
-        if is_index_damage(exc):  # (met by the thread's merge)
+        if is_index_damage(exc):  # (met by the thread's merge, or the spill's check)
+            if isinstance(exc, SpilledDataChanged):
+                self._spill_trusted = False  # (the rebuilt state's snapshot keeps its postings)
             if same:
                 self._index_damaged(exc)  # a new state from the log, snapshotted there
             return

@@ -377,18 +377,25 @@ class Catalog:
                     self._indexing = None
 
     # -- snapshot state --------------------------------------------------------------------
-    def snapshot_state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def snapshot_state(self, spill: Callable[[np.ndarray], np.ndarray | None] | None = None,
+                       spill_min: int = 0) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The state as snapshot meta and sections (the store adds the log's identity).
 
         Every section is frozen: a copy, an array nothing changes any more (the index's
         postings and block maxima), or a column's `frozen` view (copied before a value of it
         changes), so the sections can be written off the store's mutex while writes go on.
-        `release_frozen` once they are written."""
+        `release_frozen` once they are written. With `spill`, the merged index's posting data
+        of each field of at least `spill_min` bytes moves to where it puts it
+        (SearchIndex.spill_postings; store/spill.py)."""
         # Merged, then frozen (which builds the merged index's character lists, for it to keep):
         # the frozen arrays are to_arrays + block_max_arrays (derived, stored so that open does
         # not recompute them; the compiled index only) with the columns that only grow shared
         # rather than copied (at 10M messages half a gigabyte, at the peak of an import's end).
+        # The spill comes between the two, before the character lists and the histories and
+        # id table are built beside the postings.
         self.index.merge_segments()
+        if spill is not None:
+            self.index.spill_postings(spill, spill_min)
         meta, arrays, later = self._state_sections()
         arrays.update(later())
         for name, arr in self.index.freeze().arrays().items():

@@ -32,6 +32,7 @@ import xxhash
 
 from .background import background_thread
 from .io import IoCounters, drop_pages, open_file, write_file_atomically
+from . import spill
 
 SNAPSHOT_NAME = "snapshot.bin"
 MAGIC = b"CVMEMSNP"
@@ -91,9 +92,11 @@ class Expected:
 
 def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarray],
                    io: IoCounters) -> int:
-    """Write atomically (tmp, fsync, rename, fsync dir); returns the file size."""
+    """Write atomically (tmp, fsync, rename, fsync dir); returns the file size. Spilled
+    sections (store/spill.py) are read a piece at a time, each piece's pages dropped once read,
+    and checked against what was written to the spill (SpilledDataChanged)."""
     table = []
-    blobs: list[memoryview] = []
+    blobs: list[memoryview | np.ndarray] = []  # (an array: a spilled section, read in pieces)
     # The largest sections first: a large store's open checks only its small sections before
     # its first answer (recovery.DEFER_SECTION_BYTES), and together at the end of the file
     # they are one sequential read for the kernel's readahead, not a fault per section spread
@@ -105,10 +108,19 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     for name, arr in sorted(as_arrays, key=lambda item: -item[1].nbytes):
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
-        view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
+        is_spilled = spill.spilled(arr)
+        if is_spilled:
+            digest = xxhash.xxh3_64()
+            for piece in spill.pieces(arr):
+                digest.update(piece)
+            spill.check(arr, digest.intdigest())
+            blobs.append(arr)
+        else:
+            view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
+            blobs.append(view)
         table.append({"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape),
-                      "nbytes": arr.nbytes, "xxh3": xxh3(view)})
-        blobs.append(view)
+                      "nbytes": arr.nbytes,
+                      "xxh3": digest.intdigest() if is_spilled else xxh3(view)})
     # Offsets depend on the meta length, which depends on the offsets: grow to a fixed point.
     data_start = _align(_HEAD.size + 1024)
     while True:
@@ -132,7 +144,9 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
             pad = entry["offset"] - pos
             if pad:
                 yield b"\0" * pad
-            if entry["nbytes"]:
+            if isinstance(blob, np.ndarray):  # (read a second time: the pages were dropped)
+                yield from spill.pieces(blob)
+            elif entry["nbytes"]:
                 yield blob
             pos = entry["offset"] + entry["nbytes"]
 

@@ -23,7 +23,11 @@ PROBE = textwrap.dedent("""
     libc.free.argtypes = [ctypes.c_void_p]
     def mapped_apart(size):
         # glibc marks a block mapped apart in its chunk header (IS_MMAPPED, 0x2 of the size
-        # word before it): per block, whatever other threads allocate meanwhile
+        # word before it): per block, whatever other threads allocate meanwhile. The heap is
+        # trimmed first: a block that fits in free heap memory comes from there at any
+        # threshold (the threshold decides how the heap grows), and how much is free at the top
+        # depends on what the interpreter's start left there.
+        libc.malloc_trim(0)
         p = libc.malloc(size)
         apart = bool(ctypes.c_size_t.from_address(p - ctypes.sizeof(ctypes.c_size_t)).value & 2)
         libc.free(p)
