@@ -510,9 +510,12 @@ class Catalog:
 
     def compacted_state(self, live_slots: np.ndarray, old_to_new: np.ndarray, new_index: Any,
                         doc_offset: np.ndarray, doc_len: np.ndarray,
+                        spill: Callable[[np.ndarray], np.ndarray | None] | None = None,
+                        spill_min: int = 0,
                         ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The snapshot state after compaction (live messages only): `new_index` and
-        `old_to_new` from index.compacted(); `doc_offset`/`doc_len` by new doc number."""
+        `old_to_new` from index.compacted(); `doc_offset`/`doc_len` by new doc number. `spill`
+        as for snapshot_state."""
         n = len(live_slots)
         slot_map = np.full(self.slot_doc.n, -1, dtype=np.int64)
         slot_map[live_slots] = np.arange(n)
@@ -553,6 +556,8 @@ class Catalog:
             # (no trash sections: deleted messages are gone for good)
         }
         new_index.merge_segments()
+        if spill is not None:
+            new_index.spill_postings(spill, spill_min)
         for name, arr in new_index.to_arrays().items():
             if name == "doc_session":
                 arr = session_map[arr].astype(arr.dtype)

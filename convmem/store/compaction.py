@@ -27,6 +27,7 @@ from .io import IoCounters, create_exclusively, fsync_dir, write_all
 from .logfile import LOG_NAME, LogFile
 from .records import read_payload_at
 from .snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, write_snapshot
+from .spill import SpillFile, SpilledDataChanged
 
 log = logging.getLogger("convmem")
 
@@ -139,6 +140,7 @@ def write_rebuild(directory: Path, old: LogFile, catalog: Any,
     new_index, old_to_new = catalog.index.compacted()
     snapshot_tmp = directory / NEXT_SNAPSHOT_NAME
     new = write_compacted_log(directory, old, span_offsets, span_lengths, catalog.last_seq, io)
+    spill = SpillFile(directory, io)  # (the new index's large postings: store/spill.py)
     try:
         # The new records by new doc number (index.compacted renumbers the docs).
         new_docs = old_to_new[live_docs.astype(np.int64)]
@@ -146,7 +148,9 @@ def write_rebuild(directory: Path, old: LogFile, catalog: Any,
         doc_len = np.zeros(n, dtype=np.uint32)
         doc_offset[new_docs] = new.offsets
         doc_len[new_docs] = new.lengths
-        meta, arrays = catalog.compacted_state(live_slots, old_to_new, new_index, doc_offset, doc_len)
+        meta, arrays = catalog.compacted_state(live_slots, old_to_new, new_index, doc_offset,
+                                               doc_len, spill.take, spill.min_bytes)
+        spill.drop_pages()
         meta.update(log_meta(new.log_id), covered_end=new.size, last_seq=catalog.last_seq,
                     last_record_offset=new.last_record_offset, update_records=new.update_records,
                     deleted_messages=0, live_bytes=int(doc_len.sum()))
@@ -155,9 +159,11 @@ def write_rebuild(directory: Path, old: LogFile, catalog: Any,
     except BaseException as exc:
         new.discard()
         remove_quietly(snapshot_tmp)
-        if isinstance(exc, OSError):
+        if isinstance(exc, (OSError, SpilledDataChanged)):
             raise ConvMemError(IO_ERROR, "rebuild_index failed; the store is unchanged") from exc
         raise
+    finally:
+        spill.close()  # (the mappings it made stay while the new state holds them)
     return Rebuilt(new, snapshot_tmp, meta, arrays, n)
 
 

@@ -1,4 +1,4 @@
-"""A foreground snapshot moves the merged index's large posting data to a spill file
+"""A foreground snapshot (and rebuild_index's) moves the merged index's large posting data to a spill file
 (store/spill.py) before it builds the rest: the snapshot holds the same sections, the index goes
 on answering from the file, and bytes that come back from it changed are never written into a
 snapshot: the store rebuilds its state from the log."""
@@ -11,6 +11,7 @@ import pytest
 
 from convmem import MemoryStore
 from convmem._core import CORE_KIND
+from convmem.errors import IO_ERROR, ConvMemError
 from convmem.store import snapshot as snapshot_mod
 from convmem.store import spill as spill_mod
 
@@ -102,3 +103,46 @@ def test_changed_spill_bytes_rebuild_the_state_from_the_log(tmp_path, spilled, m
         assert store.get_system_health()["active_messages"] == N
         for i in (7, 2345, N - 3):
             assert _found(store, i) == _expected(i)
+
+
+def test_rebuild_index_spills_the_new_index_and_serves_it(tmp_path, spilled) -> None:
+    with MemoryStore.open(tmp_path) as store:
+        store.import_messages(_items())
+        for i in range(0, N, 2):  # (half replaced: the rebuild renumbers the docs)
+            store.delete_message(message_id=store.search_messages(
+                query=f"rare{i}", limit=1)["results"][0]["message_id"])
+        count = len(spilled)
+        answer = store.rebuild_index()
+        assert answer["messages_indexed"] == N // 2
+        assert len(spilled) > count and spilled[-1] is not None
+        for i in (1, 4321, N - 1):
+            assert _found(store, i) == _expected(i)
+        assert _found(store, 4320) == []
+        assert store.get_system_health()["last_error"] == ""
+    with MemoryStore.open(tmp_path) as store:
+        for i in (3, 1235, N - 3):
+            assert _found(store, i) == _expected(i)
+
+
+def test_a_rebuild_whose_spill_comes_back_changed_leaves_the_store_as_it_was(
+        tmp_path, spilled, monkeypatch) -> None:
+    with MemoryStore.open(tmp_path) as store:
+        store.import_messages(_items())
+        drop = spill_mod.SpillFile.drop_pages
+
+        def damaging(self) -> None:
+            drop(self)
+            os.pwrite(self._fd, b"\xff" * 64, 4096)  # noqa: SLF001
+
+        monkeypatch.setattr(spill_mod.SpillFile, "drop_pages", damaging)
+        with pytest.raises(ConvMemError) as raised:
+            store.rebuild_index()
+        assert raised.value.code == IO_ERROR
+        assert "the store is unchanged" in str(raised.value)
+        for i in (0, 4321, N - 1):
+            assert _found(store, i) == _expected(i)
+    monkeypatch.setattr(spill_mod.SpillFile, "drop_pages", drop)
+    with MemoryStore.open(tmp_path) as store:
+        assert store.get_system_health()["active_messages"] == N
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            ["LOCK", "messages.log", "snapshot.bin", "cursor.key"])
