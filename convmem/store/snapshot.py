@@ -108,19 +108,15 @@ def write_snapshot(path: Path, meta: dict[str, Any], arrays: dict[str, np.ndarra
     for name, arr in sorted(as_arrays, key=lambda item: -item[1].nbytes):
         if not arr.flags.c_contiguous:
             arr = arr.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
-        is_spilled = spill.spilled(arr)
-        if is_spilled:
-            digest = xxhash.xxh3_64()
-            for piece in spill.pieces(arr):
-                digest.update(piece)
-            spill.check(arr, digest.intdigest())
+        if spill.spilled(arr):
+            checksum = spill.checked_digest(arr)
             blobs.append(arr)
         else:
             view = memoryview(arr).cast("B") if arr.nbytes else memoryview(b"")
+            checksum = xxh3(view)
             blobs.append(view)
         table.append({"name": name, "dtype": arr.dtype.str, "shape": list(arr.shape),
-                      "nbytes": arr.nbytes,
-                      "xxh3": digest.intdigest() if is_spilled else xxh3(view)})
+                      "nbytes": arr.nbytes, "xxh3": checksum})
     # Offsets depend on the meta length, which depends on the offsets: grow to a fixed point.
     data_start = _align(_HEAD.size + 1024)
     while True:

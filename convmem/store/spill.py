@@ -10,7 +10,7 @@ which it cannot; the snapshot's writer reads them in pieces and drops each piece
 process once written (`pieces`).
 
 The data is synced before it is mapped, and its XXH3 taken from the memory it came from: the
-snapshot's writer checks the bytes it read from the file against it (`check`), so a page the disk
+snapshot's writer checks the bytes it read from the file against it (`checked_digest`), so a page the disk
 gave back wrong is never written into a snapshot as if it were right (`SpilledDataChanged`: the
 store rebuilds its state from the log, as for any damaged posting list). Any failure before the
 swap (a full disk, an I/O error) leaves the data where it was: `take` answers None.
@@ -124,14 +124,19 @@ def pieces(arr: np.ndarray) -> Iterator[memoryview]:
         drop_pages(m, start, min(start + PIECE_BYTES, len(view)))
 
 
-def check(arr: np.ndarray, digest: int) -> None:
-    """Raise SpilledDataChanged unless `digest`, taken over a spilled array's bytes as read
-    back, is the checksum of what was written."""
+def checked_digest(arr: np.ndarray) -> int:
+    """The XXH3 of a spilled array's bytes as read back, in pieces (their pages dropped), once
+    it is found to be that of what was written; else SpilledDataChanged."""
     m = _map_of(arr)
-    if m is not None and m.digest != digest:
+    assert m is not None
+    digest = xxhash.xxh3_64()
+    for piece in pieces(arr):
+        digest.update(piece)
+    if digest.intdigest() != m.digest:
         raise SpilledDataChanged(
             f"{len(m)} bytes of posting data read back from the spill file are not those "
             "written to it")
+    return m.digest
 
 
 def _open_unnamed(directory: Path) -> int:
