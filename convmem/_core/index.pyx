@@ -59,7 +59,7 @@ from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_
                                      _merge, _merge_newest,
                                      _nonempty, _open_list, _segment, _Segment, _adopted_segment,
                                      _char_segment, _list_ready, _seg_check_all,
-                                     _sort_unique_u32, _spill, lower_bound_u32)
+                                     _sort_unique_u32, _spill, _adopt_data, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
                                      _cx_segment, _FrozenIndex, _put_block_maxima,
                                      _put_char_lists, _qlen_sections)
@@ -771,6 +771,28 @@ cdef class SearchIndex:
             moved = _spill(<_Segment>self._segs[0], take, min_bytes)
             if moved:
                 self._set_segments(self._segs)  # (the views hold the data's address)
+            return moved
+
+    def adopt_postings(self, data: dict, only) -> int:
+        """The list bytes of each field of the one segment read from data[field name] instead
+        (the same bytes, mapped from the snapshot just written), where `only(the array they are
+        in now)` answers True (a spill's: store/spill.py) and no array views that one. For the
+        store, under its lock, with no snapshot of the index being written. The bytes moved."""
+        cdef _Segment seg
+        cdef int f
+        cdef int64_t moved = 0
+        with self._lock:
+            if len(self._segs) != 1:
+                return 0
+            seg = <_Segment>self._segs[0]
+            for f, name in enumerate(FIELDS):
+                new = data.get(name)
+                if new is None or not only(seg.arrays[3 * f + 2]):
+                    continue
+                if _adopt_data(seg, f, new):
+                    moved += seg.v.f[f].n_bytes
+            if moved:
+                self._set_segments(self._segs)
             return moved
 
     # -- search ---------------------------------------------------------------------------------

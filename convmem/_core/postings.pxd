@@ -499,6 +499,11 @@ cdef list _handed_out(list segs)
 # replaced by take(data)'s array of the same bytes (a spill file's mapping) unless it answers
 # None; the bytes moved. The caller copies the segment's views again.
 cdef int64_t _spill(_Segment s, object take, int64_t min_bytes) except -1
+# Field f's list bytes read from `new` instead (the same bytes mapped from the snapshot just
+# written, in place of a spill's) when nothing but the segment holds the array they are in now:
+# whether it did. The caller holds the index's lock, with no merge of the segment running, and
+# copies the segment's views again.
+cdef bint _adopt_data(_Segment s, int f, object new) except -1
 # The merge policy after a flush: the newest segments merged, F at a time (2 a binary counter).
 cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,
                         const double* c0, const double* cb)

@@ -747,28 +747,48 @@ cdef list _handed_out(list segs):
     return segs
 
 
+cdef int _check_same_size(_Segment s, int f, object new) except -1:
+    cdef cnp.ndarray a = new
+    if (a.ndim != 1 or a.dtype != np.uint8 or not a.flags.c_contiguous
+            or a.shape[0] != s.v.f[f].n_bytes):
+        raise ValueError("posting data can only be replaced by an array of as many bytes")
+    return 0
+
+
+cdef int _swap_data(_Segment s, int f, object new) except -1:
+    """Field f's list bytes read from `new` from now on: the same bytes, elsewhere."""
+    _check_same_size(s, f, new)
+    s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(new)
+    s.arrays[3 * f + 2] = new
+    return 0
+
+
 cdef int64_t _spill(_Segment s, object take, int64_t min_bytes) except -1:
     """(postings.pxd) Private only: a segment handed out may be read, off the index's lock, by a
     frozen index or a snapshot through pointers into the data it has now."""
     cdef int f
     cdef int64_t moved = 0
-    cdef cnp.ndarray new
     if not s.private:
         return 0
     for f in range(3):
         if s.v.f[f].n_bytes < min_bytes or not _held_only_by(s.arrays, 3 * f + 2):
             continue
-        got = take(s.arrays[3 * f + 2])
-        if got is None:
-            continue
-        new = got
-        if (new.ndim != 1 or new.dtype != np.uint8 or not new.flags.c_contiguous
-                or new.shape[0] != s.v.f[f].n_bytes):
-            raise ValueError("a spill must give back an array of the same bytes")
-        s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(new)
-        s.arrays[3 * f + 2] = new  # (the old array goes: its memory back to the kernel)
-        moved += s.v.f[f].n_bytes
+        new = take(s.arrays[3 * f + 2])
+        if new is not None:
+            _swap_data(s, f, new)  # (the old array goes: its memory back to the kernel)
+            moved += s.v.f[f].n_bytes
     return moved
+
+
+cdef bint _adopt_data(_Segment s, int f, object new) except -1:
+    """(postings.pxd)"""
+    _check_same_size(s, f, new)
+    cdef object o = s.arrays[3 * f + 2]
+    if Py_REFCNT(o) != 2:                     # (the list, o: no array views it)
+        return False
+    o = None
+    _swap_data(s, f, new)
+    return True
 
 
 cdef list _merge_newest(list segs, int64_t F, const uint8_t* meta, const DocCols* cols,

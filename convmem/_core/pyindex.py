@@ -375,6 +375,11 @@ class SearchIndex:
         """The twin's postings are Python lists, which no file can hold: none moved."""
         return 0
 
+    def adopt_postings(self, data: dict[str, np.ndarray],
+                       only: Callable[[np.ndarray], bool]) -> int:
+        """(Nothing was spilled.)"""
+        return 0
+
     # -- scoring (docs/SCORING.md) --------------------------------------------------------------
 
     def _groups(self, query_keys) -> list[tuple[int, frozenset]]:

@@ -33,7 +33,8 @@ from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
-from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
+from ..store import spill as spill_mod
+from ..store.snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, snapshot_size
 from ..store.spill import SpillFile, SpilledDataChanged
 from . import bulk, gc_pause, heap, search, snapshots, views
 from .maintenance import MaintenanceTools
@@ -354,8 +355,26 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
             self._snapshot_job = job
             job.start()
             return
+        arrays = {}  # (the job's are gone once written; nothing else may hold the spilled data)
         job.run()
         self._snapshot_done(job)
+        if spill is not None and spill.taken and job.error is None:
+            self._postings_from_snapshot()
+
+    def _postings_from_snapshot(self) -> None:
+        """The index's spilled posting data read from the snapshot just written instead, which
+        holds the same bytes: the spill file's blocks go back to the file system now, not when
+        the index next merges its segment (a server that imported millions of messages would
+        hold them unseen until then; store/spill.py)."""
+        try:
+            _, arrays = read_snapshot(self.directory / SNAPSHOT_NAME, verify=False)
+        except (OSError, SnapshotError) as exc:
+            log.warning("the spilled posting data stays in its file: cannot map the snapshot (%s)",
+                        exc)
+            return
+        data = {name.removeprefix("ix.post_data_"): arr for name, arr in arrays.items()
+                if name.startswith("ix.post_data_")}
+        self._catalog.index.adopt_postings(data, spill_mod.spilled)
 
     def _sections_checked(self, wait: bool) -> bool:
         """Whether the state may be copied into a new snapshot (a rebuild's and a backup's

@@ -7,7 +7,9 @@ and the histories (0.23 GB), to a peak of 4.4 GiB. Written to an unnamed file in
 directory (O_TMPFILE: private to its owner, and nothing is left behind by a crash) and mapped back
 read-only, those bytes are page cache, which the kernel can reclaim, instead of anonymous memory,
 which it cannot; the snapshot's writer reads them in pieces and drops each piece's pages from the
-process once written (`pieces`).
+process once written (`pieces`). Once the snapshot is in place the index reads those bytes from
+its map instead (MemoryStore._postings_from_snapshot, SearchIndex.adopt_postings), and the
+file's blocks go back to the file system.
 
 The data is synced before it is mapped, and its XXH3 taken from the memory it came from: the
 snapshot's writer checks the bytes it read from the file against it (`checked_digest`), so a page the disk
@@ -52,6 +54,7 @@ class SpillFile:
     def __init__(self, directory: Path, io: IoCounters) -> None:
         self.directory, self.io = directory, io
         self.min_bytes = SPILL_MIN_BYTES
+        self.taken = 0  # bytes taken (and mapped back)
         self._fd = -1
         self._end = 0
         self._maps: list[_SpilledMap] = []
@@ -77,6 +80,7 @@ class SpillFile:
                         self.directory, exc.strerror or exc)
             return None
         m.digest = digest
+        self.taken += n
         self._end = off + -(-n // _ALIGN) * _ALIGN
         self._maps.append(m)
         return np.frombuffer(m, dtype=np.uint8)

@@ -4,6 +4,7 @@ on answering from the file, and bytes that come back from it changed are never w
 snapshot: the store rebuilds its state from the log."""
 from __future__ import annotations
 
+import gc
 import os
 
 import orjson
@@ -43,13 +44,13 @@ def _index_sections(directory) -> dict[str, int]:
 
 @pytest.fixture
 def spilled(monkeypatch):
-    """Every non-empty field spills; the arrays each take returned."""
+    """Every non-empty field spills; the bytes each take moved (None: refused)."""
     taken: list = []
     take = spill_mod.SpillFile.take
 
     def recording(self, data):
         out = take(self, data)
-        taken.append(out)
+        taken.append(None if out is None else out.nbytes)  # (not the array: no reference kept)
         return out
 
     monkeypatch.setattr(spill_mod, "SPILL_MIN_BYTES", 1)
@@ -57,11 +58,32 @@ def spilled(monkeypatch):
     return taken
 
 
+def _spill_files_mapped(directory) -> list[str]:
+    """The unnamed files of `directory` this process maps (O_TMPFILE's show as "#inode")."""
+    with open("/proc/self/maps") as f:
+        return [line.split(None, 5)[5].strip() for line in f
+                if len(line.split(None, 5)) == 6
+                and line.split(None, 5)[5].startswith(f"{directory}/#")]
+
+
 def test_a_spilled_snapshot_holds_the_same_postings(tmp_path, spilled, monkeypatch) -> None:
+    adopted = []
+    adopt = MemoryStore._postings_from_snapshot
+
+    def spy(self) -> None:
+        adopted.append(len(_spill_files_mapped(tmp_path / "spilled")))
+        adopt(self)
+
+    monkeypatch.setattr(MemoryStore, "_postings_from_snapshot", spy)
     with MemoryStore.open(tmp_path / "spilled") as store:
         assert store.import_messages(_items()) == N
-        assert spilled and all(a is not None for a in spilled)
-        assert sum(a.nbytes for a in spilled) > 50_000  # (the content field)
+        assert spilled and all(n is not None for n in spilled)
+        assert sum(spilled) > 50_000  # (the content field)
+        # The spill file was mapped until the snapshot was written, and then the index read the
+        # same bytes from the snapshot instead: no unnamed file is left held.
+        assert adopted == [1]
+        gc.collect()
+        assert _spill_files_mapped(tmp_path / "spilled") == []
         for i in (0, 4321, N - 1):
             assert _found(store, i) == _expected(i)  # (read from the file's mapping)
         assert store.get_system_health()["last_error"] == ""

@@ -8,6 +8,7 @@ import importlib
 import weakref
 
 import numpy as np
+import pytest
 from test_char_lists import _build, _docs, _results
 
 import convmem._core.pyindex as twin
@@ -85,3 +86,35 @@ def test_the_twin_moves_nothing() -> None:
     ix = _build(twin.SearchIndex, docs)
     ix.merge_segments()
     assert ix.spill_postings(_Elsewhere(), 1) == 0
+
+
+def test_adopted_data_replaces_spilled_data_that_nothing_else_holds() -> None:
+    docs = _docs(14, 4000)
+    ix = _merged(docs)
+    before = _results(ix)
+    take = _Elsewhere()
+    assert ix.spill_postings(take, 1) > 0
+    fields = ("content", "summary", "tags")
+    again = {f: a.copy() for f, a in zip(fields, take.made)}  # (field order: content first)
+    spilled = {id(a) for a in take.made}
+    only = lambda a: id(a) in spilled  # noqa: E731
+    assert ix.adopt_postings(again, only) == 0  # take.made still holds them
+    held = [weakref.ref(a) for a in take.made]
+    take.made.clear()
+    moved = ix.adopt_postings(again, only)
+    gc.collect()
+    assert moved == sum(a.nbytes for a in again.values() if a.nbytes) and moved > 0
+    assert all(ref() is None for ref in held)  # the spilled arrays went
+    assert _results(ix) == before
+    arrays = ix.to_arrays()
+    assert np.shares_memory(arrays["post_data_content"], again["content"])
+    # bytes of another length are refused, and the index keeps what it had
+    ix = _merged(docs)
+    take = _Elsewhere()
+    ix.spill_postings(take, 1)
+    content = take.made[0]
+    take.made.clear()
+    with pytest.raises(ValueError, match="as many bytes"):
+        ix.adopt_postings({"content": content[:-1].copy()}, lambda a: True)
+    del content
+    assert _results(ix) == before
