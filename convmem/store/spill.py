@@ -35,6 +35,8 @@ log = logging.getLogger("convmem")
 SPILL_MIN_BYTES = 256 << 20  # a field's posting data from which it moves (about 1.5M messages)
 PIECE_BYTES = 64 << 20       # what the writer reads before it drops the pages it read
 _ALIGN = mmap.ALLOCATIONGRANULARITY
+# Linux's: elsewhere nothing is spilled (the data stays in memory, as before the spill).
+SUPPORTED = hasattr(os, "O_TMPFILE") and hasattr(os, "posix_fallocate")
 
 
 class SpilledDataChanged(ValueError):
@@ -62,6 +64,8 @@ class SpillFile:
     def take(self, data: np.ndarray) -> np.ndarray | None:
         """`data`'s bytes (a 1-d uint8 array) written to the file, synced, and mapped back: the
         read-only array to use in its place; None when the file system refused (logged)."""
+        if not SUPPORTED:
+            return None
         n = int(data.nbytes)
         try:
             if self._fd < 0:

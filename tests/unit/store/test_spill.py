@@ -98,3 +98,12 @@ def test_a_refusing_file_system_leaves_the_data_in_memory(tmp_path, monkeypatch,
     assert "posting data kept in memory" in caplog.text
     assert not spill_mod.spilled(data)
     sp.close()
+
+
+def test_where_the_system_has_no_unnamed_files_nothing_is_spilled(tmp_path, monkeypatch,
+                                                                 caplog) -> None:
+    monkeypatch.setattr(spill_mod, "SUPPORTED", False)
+    sp = SpillFile(tmp_path, IoCounters())
+    assert sp.take(_data(MIB)) is None
+    assert sp._fd == -1 and caplog.text == ""  # noqa: SLF001  (not tried, nothing to warn of)
+    sp.close()
