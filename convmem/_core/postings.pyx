@@ -783,10 +783,8 @@ cdef int64_t _spill(_Segment s, object take, int64_t min_bytes) except -1:
 cdef bint _adopt_data(_Segment s, int f, object new) except -1:
     """(postings.pxd)"""
     _check_same_size(s, f, new)
-    cdef object o = s.arrays[3 * f + 2]
-    if Py_REFCNT(o) != 2:                     # (the list, o: no array views it)
+    if not _held_only_by(s.arrays, 3 * f + 2):
         return False
-    o = None
     _swap_data(s, f, new)
     return True
 
