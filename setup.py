@@ -28,7 +28,7 @@ DEBUG = os.environ.get("CONVMEM_DEBUG", "") not in ("", "0")
 SANITIZE = os.environ.get("CONVMEM_SANITIZE", "") not in ("", "0")
 CORE = Path("convmem") / "_core"
 # In dependency order: postings and score cimport functions of the modules before them.
-MODULES = ["codec", "tokenizer", "shared", "idmap", "syncer", "postings", "score", "sections", "query", "index"]
+MODULES = ["codec", "tokenizer", "shared", "idmap", "syncer", "postings", "score", "sections", "query", "index", "compact"]
 
 directives = {
     "language_level": 3,

@@ -24,12 +24,14 @@ if PURE:
     BUILD_TYPE = "n/a"
     DEBUG_MODULES: tuple[str, ...] = ()
 else:
-    from . import codec, idmap, index, postings, query, score, sections, syncer, tokenizer  # type: ignore[no-redef]
+    from . import (codec, compact, idmap, index, postings, query, score,  # type: ignore[no-redef]
+                   sections, syncer, tokenizer)
 
     CORE_KIND = "compiled"
     # One module left from a debug build makes the whole core unfit for measuring.
     DEBUG_MODULES = tuple(m.__name__.rsplit(".", 1)[1]
-                          for m in (codec, idmap, index, postings, query, score, sections, syncer, tokenizer)
+                          for m in (codec, compact, idmap, index, postings, query, score, sections,
+                                    syncer, tokenizer)
                           if getattr(m, "BUILD", "debug") != "release")
     BUILD_TYPE = "debug" if DEBUG_MODULES else "release"
 

@@ -4,7 +4,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
 
 from convmem._core._common cimport GArr, cm_worker
-from convmem._core.postings cimport FieldPostings, SegView
+from convmem._core.postings cimport DocCols, FieldPostings, SegView
 from convmem._core.score cimport Group, Query
 
 
@@ -137,3 +137,6 @@ cdef class SearchIndex:
     cdef dict _doc_arrays(self, bint share=*)
     cdef object _column(self, GArr* a, object dtype, tuple shape, bint share)
 
+
+# The index's doc columns the block maxima of its segments are taken from (index.pyx).
+cdef DocCols _doc_cols(SearchIndex ix, bint filters=*) noexcept

@@ -1173,90 +1173,9 @@ cdef class SearchIndex:
     def compacted(self):
         """A new index holding only the live docs, renumbered densely in their old order, in one
         segment, without the terms no live doc holds; and old_to_new (int64, -1 for dead docs)."""
+        from convmem._core.compact import compacted  # (its own module: a whole concern)
         with self._lock:
-            return self._compacted()
-
-    def _compacted(self):
-        cdef SearchIndex out = type(self)(self._k1, (self._w[0], self._w[1], self._w[2]),
-                                          (self._b[0], self._b[1], self._b[2]))
-        out._lead = self._lead
-        out._cjk_weights = self._cjk_weights
-        out.filter_maxima = self.filter_maxima
-        cdef int64_t n = self._n_docs, T = self._t_keys.len, nl = self._n_live, t, nk = 0
-        cdef int64_t i, j, o, nt, cap
-        cdef DocCols cols
-        cdef cnp.ndarray old_to_new = np.full(n, -1, dtype=np.int64)
-        cdef cnp.ndarray tmap = np.full(T, -1, dtype=np.int64)
-        cdef int64_t* o2n = <int64_t*>cnp.PyArray_DATA(old_to_new)
-        cdef int64_t* tm = <int64_t*>cnp.PyArray_DATA(tmap)
-        cdef const uint32_t* df = <const uint32_t*>self._t_df.data
-        cdef const uint8_t* meta = <const uint8_t*>self._meta.data
-        cdef const uint32_t* toff = <const uint32_t*>self._tag_off.data
-        cdef _Segment m
-        cdef double c0[3]
-        cdef double cb[3]
-        self._flush()
-        for t in range(T):
-            if df[t] > 0:
-                tm[t] = nk
-                nk += 1
-        garr_reserve(&out._t_keys, nk)
-        garr_reserve(&out._t_df, nk)
-        for t in range(T):
-            if tm[t] >= 0:
-                (<uint64_t*>out._t_keys.data)[tm[t]] = (<const uint64_t*>self._t_keys.data)[t]
-                (<uint32_t*>out._t_df.data)[tm[t]] = df[t]
-        out._t_keys.len = out._t_df.len = nk
-        cap = IX_TABLE_MIN
-        while cap < 2 * nk:
-            cap *= 2
-        if out._table_rebuild(cap) < 0:
-            raise MemoryError()
-
-        garr_reserve(&out._meta, nl)
-        garr_reserve(&out._imp, nl)
-        garr_reserve(&out._sess, nl)
-        garr_reserve(&out._ts, nl)
-        garr_reserve(&out._ulid, nl)
-        garr_reserve(&out._lens, nl)
-        garr_reserve(&out._tag_off, nl + 1)
-        nt = 0
-        for i in range(n):
-            if meta[i] & IX_LIVE:
-                nt += toff[i + 1] - toff[i]
-        garr_reserve(&out._tag_val, nt)
-        o = 0
-        nt = 0
-        for i in range(n):
-            if not (meta[i] & IX_LIVE):
-                continue
-            o2n[i] = o
-            (<uint8_t*>out._meta.data)[o] = meta[i]
-            (<uint8_t*>out._imp.data)[o] = (<const uint8_t*>self._imp.data)[i]
-            (<int32_t*>out._sess.data)[o] = (<const int32_t*>self._sess.data)[i]
-            (<int64_t*>out._ts.data)[o] = (<const int64_t*>self._ts.data)[i]
-            memcpy(out._ulid.data + IX_ULID * o, self._ulid.data + IX_ULID * i, IX_ULID)
-            memcpy(out._lens.data + 12 * o, self._lens.data + 12 * i, 12)
-            j = toff[i + 1] - toff[i]
-            memcpy(out._tag_val.data + 8 * nt, self._tag_val.data + 8 * toff[i], <size_t>(8 * j))
-            nt += j
-            (<uint32_t*>out._tag_off.data)[o + 1] = <uint32_t>nt
-            o += 1
-        out._meta.len = out._imp.len = out._sess.len = out._ts.len = nl
-        out._ulid.len = out._lens.len = nl
-        out._tag_off.len = nl + 1
-        out._tag_val.len = nt
-        out._n_docs = out._n_live = nl
-        for i in range(3):
-            out._sum_len[i] = self._sum_len[i]
-        out._buf_lo = <uint32_t>nl
-        if self._segs:
-            out._norm(c0, cb)
-            cols = _doc_cols(out)
-            m = _merge(self._segs, meta, o2n, tm, &cols, 0, <uint32_t>nl, c0, cb)
-            if _nonempty(m):
-                out._set_segments([m])
-        return out, old_to_new
+            return compacted(self)
 
     def nbytes(self) -> dict:
         """Bytes held (capacity, not length), by part; borrowed (mmap'd) arrays included."""
