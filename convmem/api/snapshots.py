@@ -6,6 +6,7 @@ one is reported in health (last_error) and retried later, never raised out of a 
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -17,8 +18,11 @@ import numpy as np
 from ..errors import INTERNAL_ERROR, IO_ERROR, ConvMemError
 from ..store.background import background_thread
 from ..store.io import IoCounters
-from ..store.snapshot import write_snapshot
+from ..store import spill as spill_mod
+from ..store.snapshot import SnapshotError, read_snapshot, write_snapshot
 from ..store.spill import SpillFile
+
+log = logging.getLogger("convmem")
 
 SNAPSHOT_EVERY_RECORDS = 50_000
 SNAPSHOT_RETRY_SECONDS = 30.0  # after a failed periodic snapshot (a full disk), at the earliest
@@ -60,6 +64,38 @@ def failure(exc: BaseException) -> tuple[str, ConvMemError]:
                 ConvMemError(IO_ERROR, "snapshot write failed"))
     return (f"{SNAPSHOT_FAILED}: {type(exc).__name__}: {exc}",
             ConvMemError(INTERNAL_ERROR, f"snapshot failed: {exc}"))
+
+
+def foreground_state(catalog: Any, spill: SpillFile | None) -> tuple[dict[str, Any],
+                                                                       dict[str, np.ndarray]]:
+    """Catalog.snapshot_state for a snapshot written here; with `spill`, the merged index's
+    large posting data moved to its file first, and the pages the character lists read of it
+    dropped after (store/spill.py). The spill is closed if this fails (else by the job)."""
+    if spill is None:
+        return catalog.snapshot_state()
+    try:
+        state = catalog.snapshot_state(spill.take, spill.min_bytes)
+    except BaseException:
+        spill.close()
+        raise
+    spill.drop_pages()
+    return state
+
+
+def adopt_snapshot_postings(path: Path, index: Any) -> None:
+    """The index's spilled posting data read from the snapshot just written at `path` instead,
+    which holds the same bytes: the spill file's blocks go back to the file system now, not when
+    the index next merges its segment (a server that imported millions of messages would hold
+    them unseen until then)."""
+    try:
+        _, arrays = read_snapshot(path, verify=False)
+    except (OSError, SnapshotError) as exc:
+        log.warning("the spilled posting data stays in its file: cannot map the snapshot (%s)",
+                    exc)
+        return
+    data = {name.removeprefix("ix.post_data_"): arr for name, arr in arrays.items()
+            if name.startswith("ix.post_data_")}
+    index.adopt_postings(data, spill_mod.spilled)
 
 
 class SnapshotJob:

@@ -33,8 +33,7 @@ from ..store.io import IoCounters, prepare_data_dir
 from ..store.lock import DirLock
 from ..store.logfile import LOG_NAME, LogFile
 from ..store.records import read_message_at
-from ..store import spill as spill_mod
-from ..store.snapshot import SNAPSHOT_NAME, SnapshotError, read_snapshot, snapshot_size
+from ..store.snapshot import SNAPSHOT_NAME, snapshot_size
 from ..store.spill import SpillFile, SpilledDataChanged
 from . import bulk, gc_pause, heap, search, snapshots, views
 from .maintenance import MaintenanceTools
@@ -322,23 +321,15 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         if not self._sections_checked(wait=not background):
             return  # (a later write tries again)
         index_sections = None
-        # (here, a merged index's large posting data moves to a file first: store/spill.py)
+        # (in the foreground, a merged index's large posting data moves to a file first)
         spill = None
         if not background and self._spill_trusted:
             spill = SpillFile(self.directory, self._io)
         try:
-            try:
-                if background:  # (the index's sections are merged by the thread: freeze_state)
-                    meta, arrays, index_sections = self._catalog.freeze_state()
-                elif spill is None:
-                    meta, arrays = self._catalog.snapshot_state()
-                else:
-                    meta, arrays = self._catalog.snapshot_state(spill.take, spill.min_bytes)
-                    spill.drop_pages()  # (what the character lists read of it)
-            except BaseException:
-                if spill is not None:
-                    spill.close()
-                raise
+            if background:  # (the index's sections are merged by the thread: freeze_state)
+                meta, arrays, index_sections = self._catalog.freeze_state()
+            else:
+                meta, arrays = snapshots.foreground_state(self._catalog, spill)
         except ValueError as exc:
             if not is_index_damage(exc):
                 raise
@@ -359,22 +350,7 @@ class MemoryStore(RecallTools, TrashTools, MaintenanceTools):
         job.run()
         self._snapshot_done(job)
         if spill is not None and spill.taken and job.error is None:
-            self._postings_from_snapshot()
-
-    def _postings_from_snapshot(self) -> None:
-        """The index's spilled posting data read from the snapshot just written instead, which
-        holds the same bytes: the spill file's blocks go back to the file system now, not when
-        the index next merges its segment (a server that imported millions of messages would
-        hold them unseen until then; store/spill.py)."""
-        try:
-            _, arrays = read_snapshot(self.directory / SNAPSHOT_NAME, verify=False)
-        except (OSError, SnapshotError) as exc:
-            log.warning("the spilled posting data stays in its file: cannot map the snapshot (%s)",
-                        exc)
-            return
-        data = {name.removeprefix("ix.post_data_"): arr for name, arr in arrays.items()
-                if name.startswith("ix.post_data_")}
-        self._catalog.index.adopt_postings(data, spill_mod.spilled)
+            snapshots.adopt_snapshot_postings(self.directory / SNAPSHOT_NAME, self._catalog.index)
 
     def _sections_checked(self, wait: bool) -> bool:
         """Whether the state may be copied into a new snapshot (a rebuild's and a backup's

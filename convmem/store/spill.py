@@ -8,7 +8,7 @@ directory (O_TMPFILE: private to its owner, and nothing is left behind by a cras
 read-only, those bytes are page cache, which the kernel can reclaim, instead of anonymous memory,
 which it cannot; the snapshot's writer reads them in pieces and drops each piece's pages from the
 process once written (`pieces`). Once the snapshot is in place the index reads those bytes from
-its map instead (MemoryStore._postings_from_snapshot, SearchIndex.adopt_postings), and the
+its map instead (api/snapshots.adopt_snapshot_postings, SearchIndex.adopt_postings), and the
 file's blocks go back to the file system.
 
 The data is synced before it is mapped, and its XXH3 taken from the memory it came from: the

@@ -12,6 +12,7 @@ import pytest
 
 from convmem import MemoryStore
 from convmem._core import CORE_KIND
+from convmem.api import snapshots
 from convmem.errors import IO_ERROR, ConvMemError
 from convmem.store import snapshot as snapshot_mod
 from convmem.store import spill as spill_mod
@@ -68,13 +69,13 @@ def _spill_files_mapped(directory) -> list[str]:
 
 def test_a_spilled_snapshot_holds_the_same_postings(tmp_path, spilled, monkeypatch) -> None:
     adopted = []
-    adopt = MemoryStore._postings_from_snapshot
+    adopt = snapshots.adopt_snapshot_postings
 
-    def spy(self) -> None:
+    def spy(path, index) -> None:
         adopted.append(len(_spill_files_mapped(tmp_path / "spilled")))
-        adopt(self)
+        adopt(path, index)
 
-    monkeypatch.setattr(MemoryStore, "_postings_from_snapshot", spy)
+    monkeypatch.setattr(snapshots, "adopt_snapshot_postings", spy)
     with MemoryStore.open(tmp_path / "spilled") as store:
         assert store.import_messages(_items()) == N
         assert spilled and all(n is not None for n in spilled)
