@@ -198,18 +198,51 @@ def parallel_anchors(name: str) -> set[str]:
     return ja & {s.anchor for _, s in _query_sections(_set_sections("en", name))}
 
 
-def coverage(queries: list[tuple[str, int]], docs: list[str]) -> dict[str, float]:
-    """How much of a query its right section holds, by the analyzer's keys (query_keys against
-    the section's token_keys): the mean share of a query's keys found there, and the share of
-    queries all of whose keys are. What no ranking can recover: a heading translated in other
-    words than its section's text."""
+def key_shares(queries: list[tuple[str, int]], docs: list[str]) -> list[float]:
+    """How much of each query its right section holds, by the analyzer's keys (query_keys
+    against the section's token_keys). What no ranking can recover: a heading translated in
+    other words than its section's text."""
     shares = []
     for query, want in queries:
         keys = set(pt.query_keys(query).tolist())
         found = keys & set(pt.token_keys(docs[want]).tolist())
         shares.append(len(found) / len(keys) if keys else 0.0)
+    return shares
+
+
+def coverage(shares: list[float]) -> dict[str, float]:
+    """The mean key share, and the share of queries all of whose keys their section holds."""
     return {"mean_key_share": round(float(np.mean(shares)), 3),
             "all_keys_share": round(sum(1 for x in shares if x == 1.0) / len(shares), 3)}
+
+
+# Queries grouped by the share of their keys their right section holds (lower bounds).
+SHARE_BUCKETS = (1.0, 0.75, 0.5, 0.0)
+
+
+def share_bucket(share: float) -> float:
+    return next(lo for lo in SHARE_BUCKETS if share >= lo)
+
+
+def by_share(rr: list[float], shares: list[float]) -> dict[float, tuple[int, float]]:
+    """(queries, MRR@10) of each key-share bucket that holds a query."""
+    out: dict[float, tuple[int, float]] = {}
+    for lo in SHARE_BUCKETS:
+        got = [r for r, s in zip(rr, shares) if share_bucket(s) == lo]
+        if got:
+            out[lo] = (len(got), round(float(np.mean(got)), 4))
+    return out
+
+
+def at_shares_of(ours: dict[float, tuple[int, float]],
+                 theirs: dict[float, tuple[int, float]]) -> float | None:
+    """Our MRR@10 with our buckets weighted as their queries fall in them: how one language would
+    rank if its headings shared as many keys with their sections as the other's. None when a
+    bucket of theirs has no query of ours."""
+    if any(lo not in ours for lo in theirs):
+        return None
+    n = sum(c for c, _ in theirs.values())
+    return round(sum(c * ours[lo][1] for lo, (c, _) in theirs.items()) / n, 4)
 
 
 def untranslated(queries: list[tuple[str, int]], docs: list[str]) -> int:
@@ -385,7 +418,8 @@ def main() -> None:
     pooled: dict[str, list[float]] = {}
     for lang in args.lang.split(","):
         docs, queries = dataset(lang, args.set, args.translated)
-        cov = coverage(queries, docs)
+        shares = key_shares(queries, docs)
+        cov = coverage(shares)
         results.setdefault(lang, {})["coverage"] = cov
         print(f"{args.set} {lang}: {len(docs)} sections, {len(queries)} queries"
               + (f" ({untranslated(queries, docs)} untranslated)" if lang == "ja" else "")
@@ -412,12 +446,16 @@ def main() -> None:
                 r, rr = evaluate(engine, queries)
                 results.setdefault(lang, {})[label] = r
                 pooled.setdefault(label, []).extend(rr)
+                r["by_key_share"] = by_share(rr, shares)
                 print(f"  {label:28s} MRR@10 {r['mrr@10']:.4f}  recall@10 {r['recall@10']:.4f}  "
                       f"p50 {r['p50_ms']:.2f} ms", flush=True)
+                print(f"  {'':28s} by key share: " + ", ".join(
+                    f">={lo:g}: {c} q {m:.3f}" for lo, (c, m) in r["by_key_share"].items()))
                 engine.close()
             _against_fts5(results[lang], "  ")
         finally:
             shutil.rmtree(work, ignore_errors=True)
+    _at_same_shares(results)
     if len(results) > 1:
         both = "+".join(results)
         results[both] = {label: {"mrr@10": round(float(np.mean(rr)), 4)}
@@ -429,6 +467,22 @@ def main() -> None:
     if args.json:
         results["machine"] = _results.machine_info()
         Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+
+
+def _at_same_shares(results: dict[str, Any]) -> None:
+    """Japanese at English's key shares, for each engine that ran on both (the ranking's part of
+    the gap between them; the rest is how the headings were translated)."""
+    if "en" not in results or "ja" not in results:
+        return
+    for label, r in results["ja"].items():
+        en = results["en"].get(label)
+        if label == "coverage" or en is None:
+            continue
+        same = at_shares_of(r["by_key_share"], en["by_key_share"])
+        if same is not None:
+            r["mrr@10_at_en_key_shares"] = same
+            print(f"ja at en's key shares: {label:28s} MRR@10 {same:.4f} (en {en['mrr@10']:.4f},"
+                  f" ja {r['mrr@10']:.4f})")
 
 
 def _against_fts5(by_engine: dict[str, dict[str, float]], indent: str) -> None:

@@ -342,10 +342,24 @@ def test_ranking_quality(tmp_path: Path) -> None:
 def test_ranking_quality_coverage_counts_the_query_keys_the_answer_holds() -> None:
     import ranking_quality
     docs = ["deploying the server today", "東京の天気", "nothing here"]
-    cov = ranking_quality.coverage([("deploy server", 0), ("東京", 1), ("missing words", 2),
-                                    ("nothing missing", 2)], docs)
+    shares = ranking_quality.key_shares([("deploy server", 0), ("東京", 1), ("missing words", 2),
+                                         ("nothing missing", 2)], docs)
     # deploy (the stem of deploying) and server: all; 東京: all; none; one of two.
+    assert shares == [1.0, 1.0, 0.0, 0.5]
+    cov = ranking_quality.coverage(shares)
     assert cov == {"mean_key_share": round((1 + 1 + 0 + 0.5) / 4, 3), "all_keys_share": 0.5}
+
+
+def test_ranking_quality_weights_one_language_by_the_other_key_shares() -> None:
+    import ranking_quality as rq
+    # ja: full-share queries ranked first, half-share ones at rank 2 and missed.
+    ja = rq.by_share([1.0, 1.0, 0.5, 0.0], [1.0, 1.0, 0.6, 0.5])
+    assert ja == {1.0: (2, 1.0), 0.5: (2, 0.25)}
+    # en: three full-share queries and one half-share: ja at en's shares is (3 * 1 + 0.25) / 4.
+    en = rq.by_share([0.5, 0.5, 0.5, 0.0], [1.0, 1.0, 1.0, 0.7])
+    assert rq.at_shares_of(ja, en) == round(3.25 / 4, 4)
+    # A bucket of en's that ja has no query in: no figure rather than a made-up one.
+    assert rq.at_shares_of(ja, rq.by_share([1.0], [0.8])) is None
 
 
 def test_ranking_quality_translated_set(tmp_path: Path) -> None:
