@@ -854,6 +854,7 @@ cdef class SearchIndex:
         for f in range(3):
             for m in range(256):
                 q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
+                q.wqinv[256 * f + m] = q.w[f] / q.qnorm[256 * f + m]
         return 0
 
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,

@@ -110,6 +110,7 @@ cdef struct Query:
     const uint8_t* qlen     # one-byte content lengths, rounded down (index.pyx: _qlen_code)
     const uint8_t* qlen2    # the same for summary and tags, 2 a doc (apart: content is hot)
     double qnorm[768]       # per field, the norm (1 - b) + b * len / avgdl of each one-byte length
+    double wqinv[768]       # per field, w_f / qnorm: the content-and-more bound multiplies
     # a / (k1 * qnorm[m] + a) with a = w[0] * tf, at [(tf - 1) * 256 + m] (when ctab_on)
     double ctab[IX_CTAB_TF * 256]
     bint ctab_on
