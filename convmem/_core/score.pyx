@@ -716,9 +716,9 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
     cdef int64_t G = e.G, g, i, j, ng, wi, ne, g1 = -1
     cdef uint32_t x, w, d
     cdef uint64_t bits
-    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, r, t, xm = 0.0, xl = 0.0
-    cdef double a[3]
-    cdef bint alive
+    cdef double lb = _theta(e) * (1.0 - EPS), total = 0.0, cum = 0.0, s, t, c, xm = 0.0, xl = 0.0
+    cdef int64_t nsv
+    cdef uint64_t pb, ok
     for g in range(G):
         e.wub[g] = _group_bound(e, g, wlo, whi)
         total += e.wub[g]
@@ -761,6 +761,34 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                 e.wbits[x >> 6] |= (<uint64_t>1) << (x & 63)
                 e.wacc[x] = 0.0
             e.wacc[x] += _approx_total(q, wlo + x, w, e.groups[g].idf)
+    if g1 < 0:
+        # Several essential groups: first the docs whose essential part, with the others'
+        # window bounds, reaches lb, without a branch per doc: most of a common-word query's
+        # docs fail the test, in no order a branch predictor learns (the tail's queries about
+        # 4% faster so, timed in one process). e.gl, free once the groups are accumulated,
+        # holds the docs that pass.
+        nsv = 0
+        c = 1.0 + EPS
+        for wi in range((whi - wlo + 63) >> 6):
+            bits = e.wbits[wi]
+            e.wbits[wi] = 0
+            while bits:
+                x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
+                bits &= bits - 1
+                d = wlo + x
+                pb = (q.gbits[d >> 6] >> (d & 63)) & 1 if q.primed else 0  # scored by _prime
+                ok = (e.wacc[x] + cum) * c >= lb
+                e.gl[nsv] = x
+                nsv += <int64_t>(ok & (pb ^ 1))
+                e.n_docs_skipped += <int64_t>((ok ^ 1) & (pb ^ 1))
+        for j in range(nsv):
+            x = e.gl[j]
+            s = e.wacc[x]
+            if (s + cum) * (1.0 + EPS) < lb:          # lb rose since (offers, the other thread)
+                e.n_docs_skipped += 1
+                continue
+            lb = _finish_doc(e, wlo + x, s, cum, ne, lb)
+        return
     for wi in range((whi - wlo + 63) >> 6):
         bits = e.wbits[wi]
         e.wbits[wi] = 0
@@ -768,60 +796,61 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
             x = <uint32_t>(wi * 64 + __builtin_ctzll(bits))
             bits &= bits - 1
             d = wlo + x
+            w = e.wtf[x]
+            e.wtf[x] = 0
             if q.primed and (q.gbits[d >> 6] >> (d & 63)) & 1:
-                if g1 >= 0:
-                    e.wtf[x] = 0
                 continue                              # scored and offered by _prime
-            if g1 >= 0:
-                w = e.wtf[x]
-                e.wtf[x] = 0
-                if w <= 0xFF and q.w[0] * <double>(w & IX_TF_CAP) < (
-                        xl if w & IX_LEAD else xm) * q.qnorm[q.qlen[d]]:
-                    e.n_docs_skipped += 1             # content only, below its x even rounded up
-                    continue
-                s = _approx_total(q, d, w, e.groups[g1].idf)
-                if (s + cum) * (1.0 + EPS) < lb:
-                    e.n_docs_skipped += 1
-                    continue
-            else:
-                s = e.wacc[x]
-                if (s + cum) * (1.0 + EPS) < lb:
-                    e.n_docs_skipped += 1
-                    continue
-            if q.extra and not _extra_ok(q, d):
+            if w <= 0xFF and q.w[0] * <double>(w & IX_TF_CAP) < (
+                    xl if w & IX_LEAD else xm) * q.qnorm[q.qlen[d]]:
+                e.n_docs_skipped += 1                 # content only, below its x even rounded up
                 continue
-            r = cum
-            for g in range(G):
-                e.gw[g] = NOT_PROBED
-            alive = True
-            i = ne - 1
-            while i >= 0:                             # non-essential groups, highest bound first
-                g = e.order[i]
-                if e.wub[g] == 0.0:
-                    break
-                w = _probe_group(e, g, d)
-                e.gw[g] = w
-                if w:
-                    s += _approx_total(q, d, w, e.groups[g].idf)
-                r -= e.wub[g]
-                if (s + r) * (1.0 + EPS) < lb:
-                    alive = False
-                    break
-                i -= 1
-            if not alive:
+            s = _approx_total(q, d, w, e.groups[g1].idf)
+            if (s + cum) * (1.0 + EPS) < lb:
                 e.n_docs_skipped += 1
                 continue
-            a[0] = 0.0
-            a[1] = 0.0
-            a[2] = 0.0
-            for g in range(G):                        # exact, in ascending key order
-                w = e.gw[g]
-                if w == NOT_PROBED:
-                    w = _probe_group(e, g, d) if e.wub[g] != 0.0 else 0
-                if w:
-                    _add_parts(q, d, w, e.groups[g].idf, a)
-            _offer(e, a, d)
-            lb = _theta(e) * (1.0 - EPS)
+            lb = _finish_doc(e, d, s, cum, ne, lb)
+
+
+cdef inline double _finish_doc(Eng* e, uint32_t d, double s, double cum, int64_t ne,
+                               double lb) noexcept nogil:
+    """A doc that passed the first bound test (s: its essential groups' part, cum: the
+    non-essential groups' window bounds): the other filters, then the non-essential groups
+    probed, highest bound first, while the doc can still reach lb; if it can, scored exactly
+    and offered. Returns lb, raised by the offer."""
+    cdef const Query* q = e.q
+    cdef int64_t G = e.G, g, i
+    cdef uint32_t w
+    cdef double r = cum
+    cdef double a[3]
+    if q.extra and not _extra_ok(q, d):
+        return lb
+    for g in range(G):
+        e.gw[g] = NOT_PROBED
+    i = ne - 1
+    while i >= 0:                                     # non-essential groups, highest bound first
+        g = e.order[i]
+        if e.wub[g] == 0.0:
+            break
+        w = _probe_group(e, g, d)
+        e.gw[g] = w
+        if w:
+            s += _approx_total(q, d, w, e.groups[g].idf)
+        r -= e.wub[g]
+        if (s + r) * (1.0 + EPS) < lb:
+            e.n_docs_skipped += 1
+            return lb
+        i -= 1
+    a[0] = 0.0
+    a[1] = 0.0
+    a[2] = 0.0
+    for g in range(G):                                # exact, in ascending key order
+        w = e.gw[g]
+        if w == NOT_PROBED:
+            w = _probe_group(e, g, d) if e.wub[g] != 0.0 else 0
+        if w:
+            _add_parts(q, d, w, e.groups[g].idf, a)
+    _offer(e, a, d)
+    return _theta(e) * (1.0 - EPS)
 
 
 cdef int64_t _open_segment(Eng* e, const PList* lists, int64_t sg) noexcept nogil:
