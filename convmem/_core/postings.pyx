@@ -756,8 +756,8 @@ cdef int _check_same_size(_Segment s, int f, object new) except -1:
 
 
 cdef int _swap_data(_Segment s, int f, object new) except -1:
-    """Field f's list bytes read from `new` from now on: the same bytes, elsewhere."""
-    _check_same_size(s, f, new)
+    """Field f's list bytes read from `new` from now on: the same bytes, elsewhere (the caller
+    has checked them with _check_same_size)."""
     s.v.f[f].data = <const uint8_t*>cnp.PyArray_DATA(new)
     s.arrays[3 * f + 2] = new
     return 0
@@ -775,6 +775,7 @@ cdef int64_t _spill(_Segment s, object take, int64_t min_bytes) except -1:
             continue
         new = take(s.arrays[3 * f + 2])
         if new is not None:
+            _check_same_size(s, f, new)
             _swap_data(s, f, new)  # (the old array goes: its memory back to the kernel)
             moved += s.v.f[f].n_bytes
     return moved
