@@ -197,6 +197,32 @@ static inline double cm_load_relaxed(double *p) {
 }
 static inline void cm_store_relaxed(double *p, double v) { __atomic_store(p, &v, __ATOMIC_RELAXED); }
 
+/* A seqlock over n doubles that one thread writes and the other reads (the scores of the two
+ * scoring threads' heaps). The writer bumps *seq to odd, stores, bumps it to even; the reader
+ * copies and keeps the copy only when *seq was even and unchanged across it. */
+static inline void cm_seq_write(int64_t *seq, double *dst, int64_t *dst_n, const double *src,
+                                int64_t n) {
+    int64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED), i;
+    __atomic_store_n(seq, s + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (i = 0; i < n; i++) __atomic_store(&dst[i], (double *)&src[i], __ATOMIC_RELAXED);
+    __atomic_store_n(dst_n, n, __ATOMIC_RELAXED);
+    __atomic_store_n(seq, s + 2, __ATOMIC_RELEASE);
+}
+static inline int64_t cm_seq_now(int64_t *seq) { return __atomic_load_n(seq, __ATOMIC_RELAXED); }
+/* How many doubles were copied to dst (at most cap), or -1 when the writer was writing. */
+static inline int64_t cm_seq_read(int64_t *seq, double *src, int64_t *src_n, double *dst,
+                                  int64_t cap) {
+    int64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE), s2, n, i;
+    if (s1 & 1) return -1;
+    n = __atomic_load_n(src_n, __ATOMIC_RELAXED);
+    if (n > cap) n = cap;
+    for (i = 0; i < n; i++) __atomic_load(&src[i], &dst[i], __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    s2 = __atomic_load_n(seq, __ATOMIC_RELAXED);
+    return s1 == s2 ? n : -1;
+}
+
 /* ---- bit unpacking ------------------------------------------------------------------------
  * cm_unpack_groups(p, n, bits, out): the first n rounded down to 8 of a stream of `bits`-bit
  * values (least significant bit first) into out; returns how many it wrote (0 for a width

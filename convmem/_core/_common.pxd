@@ -31,6 +31,9 @@ cdef extern from "_common.h" nogil:
     void cm_worker_free(cm_worker* w)
     double cm_load_relaxed(double* p)
     void cm_store_relaxed(double* p, double v)
+    void cm_seq_write(int64_t* seq, double* dst, int64_t* dst_n, const double* src, int64_t n)
+    int64_t cm_seq_now(int64_t* seq)
+    int64_t cm_seq_read(int64_t* seq, double* src, int64_t* src_n, double* dst, int64_t cap)
     # The whole pages of [p + lo, p + hi) given back (read as zeros after); returns the new lo.
     int64_t cm_give_back(const uint8_t* p, int64_t lo, int64_t hi)
     # The first n rounded down to 8 of a stream of `bits`-bit values (8 readable bytes past it).

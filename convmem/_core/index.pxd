@@ -106,6 +106,8 @@ cdef class SearchIndex:
     cdef readonly int64_t last_windows_skipped
     cdef readonly int64_t last_blocks_skipped
     cdef readonly int64_t last_docs_skipped
+    # Times a thread of the last search raised its k-th score to the k-th of both threads' heaps
+    cdef readonly int64_t last_theta_shared
     # The statistics the last search scored with (search's `stats` argument takes them back):
     # (n_live, (content, summary, tags token totals), df of each distinct query key ascending).
     cdef readonly object last_stats

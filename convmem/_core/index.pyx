@@ -1063,6 +1063,7 @@ cdef class SearchIndex:
         self.last_windows_skipped = 0
         self.last_blocks_skipped = 0
         self.last_docs_skipped = 0
+        self.last_theta_shared = 0
         self.last_primed = 0
         if k > self._n_live:
             k = self._n_live
@@ -1125,6 +1126,7 @@ cdef class SearchIndex:
         self.last_windows_skipped = e.n_windows_skipped + (e2.n_windows_skipped if parallel else 0)
         self.last_blocks_skipped = e.n_blocks_skipped + (e2.n_blocks_skipped if parallel else 0)
         self.last_docs_skipped = e.n_docs_skipped + (e2.n_docs_skipped if parallel else 0)
+        self.last_theta_shared = e.n_theta_shared + (e2.n_theta_shared if parallel else 0)
         self.last_primed = e.n_primed
         docs = np.empty(e.nh, dtype=np.int64)
         scores = np.empty(e.nh, dtype=np.float64)

@@ -263,6 +263,7 @@ class SearchIndex:
         self.last_windows_skipped = 0
         self.last_blocks_skipped = 0
         self.last_docs_skipped = 0
+        self.last_theta_shared = 0  # (the twin runs on one thread)
         # (n_live, token totals per field, df per distinct query key ascending) of the last search
         self.last_stats: tuple | None = None
 

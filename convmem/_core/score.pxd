@@ -166,10 +166,23 @@ cdef struct Eng:
     int64_t k
     double theta            # the k-th best score once the heap is full, else -1
     double* peer_theta      # the other half's theta when two threads share the query, else NULL
+    # Two threads: each publishes its heap's scores (pub, pub_n under the seqlock pub_seq) and
+    # raises its theta to the k-th best of its heap and the peer's together (_share_theta)
+    Eng* peer               # the other thread's engine (NULL: one thread)
+    double* pub             # k doubles
+    int64_t pub_n
+    int64_t pub_seq
+    double* ubuf            # scratch: this heap's scores and the peer's (2k)
+    int64_t n_taken         # docs the heap has taken
+    int64_t n_taken_pub     # ... when it was last published
+    int64_t peer_seen       # the peer's pub_seq when its scores were last read
+    int64_t share_every     # windows from one share to the next (more for a large k)
+    int64_t share_wait
     # what the pruning skipped (SearchIndex.last_*_skipped; tests assert on them)
     int64_t n_windows_skipped   # windows whose bound stayed below the k-th score: not decoded
     int64_t n_blocks_skipped    # blocks of essential lists skipped on their block maxima
     int64_t n_docs_skipped      # docs reached by the essential lists but cut by the bounds
+    int64_t n_theta_shared      # times theta rose to the k-th of both threads' heaps
     int64_t n_primed            # docs scored first to prime the k-th score (_prime)
     int64_t prime_max           # _prime's most postings (engine()'s prime_max; 0: no priming)
     uint32_t* pbuf              # _prime's docs: room for prime_max + IX_BLOCK + the impact docs
@@ -189,7 +202,7 @@ cdef struct Job:
 # query (never by the corpus).
 cdef class _Scratch:
     cdef GArr w_tf, w_acc, w_bd, w_gl, w_bits, w_prime, w_pdocs
-    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd
+    cdef GArr ls, goff, wub, gx, gnl, gw, order, heap, hbd, pub, ubuf
     # Size the arrays for the query and point e at them.
     cdef int engine(self, Eng* e, Query* q, const Group* groups, int64_t G,
                     const uint32_t* gterms, int64_t n_lists, int64_t k,

@@ -371,6 +371,40 @@ def test_two_threads_give_the_same_top_k(seed: int) -> None:
     assert parallel >= 15
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_two_threads_prune_with_the_kth_of_both_heaps_and_keep_every_tie(seed: int) -> None:
+    """Each thread of a split query raises its k-th score to the k-th best of both threads'
+    heaps (score.pyx _share_theta): exact scores of different docs, so a lower bound of the final
+    k-th. The top k stays the exhaustive one, also where many docs tie on a score (a third of
+    them copies of few contents; ties go by importance, time, then ulid), and for a k whose heap is shared only
+    every few windows (1 + k // 64)."""
+    rng = np.random.default_rng(100 + seed)
+    ix = compiled.SearchIndex()
+    ix._set_window(256)
+    ix._set_prune_density(0)
+    ix.parallel_min_postings = 0
+    tw = twin.SearchIndex()
+    shapes = [rng.integers(1, 7, size=int(rng.integers(1, 12))).tolist() for _ in range(40)]
+    for d in range(12000):
+        content = (shapes[int(rng.integers(0, len(shapes)))] if rng.random() < 0.3 else
+                   rng.integers(1, 9, size=int(rng.integers(1, 30))).tolist())
+        args = (content, [], [], [], 0, 0, 0,
+                40 * int(rng.integers(0, 3)), int(rng.integers(0, 50)), d.to_bytes(16, "big"))
+        ix.add(d, *args)
+        tw.add(d, *args)
+    shared = 0
+    for q in ([1, 2, 3], [1, 2, 3, 4, 5, 6], [2, 5]):
+        for k in (1, 20, 100, 700):
+            got = ix.search(q, k)
+            assert ix.last_parallel and ix.last_pruned
+            shared += ix.last_theta_shared
+            assert len(got[0]) == k
+            assert_same(got, ix.search(q, k, exhaustive=True))
+            assert ix.last_theta_shared == 0
+            assert_same(got, tw.search(q, k))
+    assert shared > 0
+
+
 def test_the_least_postings_for_two_threads_is_a_setting_that_changes_no_result() -> None:
     """`parallel_min_postings` (benchmarks/scorer_choice.py --par-min) decides which pruned
     queries are split: a huge least keeps every one on one thread, 0 splits every pruned one,
