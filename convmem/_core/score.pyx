@@ -16,9 +16,9 @@ groups in ascending key order.
 
 Large queries are split between two threads: one persistent worker per index (_common.h's
 cm_worker) runs half of each segment's windows while the calling thread runs the other half.
-The two halves share only their k-th best scores (relaxed atomic loads and stores): either one is
-a lower bound of the final k-th best, so each half may prune with the larger one, and the merged
-top k is the same as with one thread.
+The two halves share only their heaps' scores (a seqlock) and k-th best scores (relaxed atomic
+loads and stores): the k-th best of both heaps' scores is a lower bound of the final k-th best, so
+each half may prune with it, and the merged top k is the same as with one thread.
 """
 from libc.math cimport INFINITY
 from libc.stdint cimport INT64_MAX, INT64_MIN, int32_t, int64_t, uint8_t, uint32_t, uint64_t
