@@ -55,6 +55,7 @@ cdef class SearchIndex:
     cdef GArr _s_gbits
     cdef GArr _qlen         # uint8 a doc: content length code, filled up to n_docs at search
     cdef GArr _qlen2        # 2 uint8 a doc: summary and tags length codes
+    cdef GArr _tagb         # uint8 a doc: its tags' buckets (bit _tag_bucket(h)), filled likewise
     cdef GArr _q_groups, _q_terms, _q_lists
     cdef list _scr          # one _Scratch per scoring thread
     cdef cm_worker* _worker     # the second scoring thread (_common.h), NULL until needed

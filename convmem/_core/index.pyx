@@ -61,7 +61,8 @@ from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_
                                      _char_segment, _list_ready, _seg_check_all,
                                      _sort_unique_u32, _spill, _adopt_data, lower_bound_u32)
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
-                                     _cx_segment, _FrozenIndex, _put_block_maxima,
+                                     _code_tag_buckets, _cx_segment, _FrozenIndex,
+                                     _put_block_maxima,
                                      _put_char_lists, _qlen_sections)
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
@@ -149,6 +150,7 @@ cdef class SearchIndex:
         self._own(&self._tag_val, 8, PART_DOCS)
         self._own(&self._qlen, 1, PART_DOCS)
         self._own(&self._qlen2, 2, PART_DOCS)
+        self._own(&self._tagb, 1, PART_DOCS)
         self._own(&self._b_doc, 4, PART_POSTINGS)
         self._own(&self._b_tf, 1, PART_POSTINGS)
         self._own(&self._b_field, 1, PART_POSTINGS)
@@ -814,6 +816,14 @@ cdef class SearchIndex:
             with nogil:
                 _code_lengths(ln, i, n, ql, ql2)
             self._qlen.len = self._qlen2.len = n
+        if self._tagb.len < n:
+            i = self._tagb.len
+            garr_reserve(&self._tagb, n)
+            with nogil:
+                _code_tag_buckets(<const uint32_t*>self._tag_off.data,
+                                  <const uint64_t*>self._tag_val.data, i, n,
+                                  <uint8_t*>self._tagb.data)
+            self._tagb.len = n
         return 0
 
     cdef int _prepare(self, Query* q, int64_t n, const int64_t* sum_len) except -1:
@@ -851,6 +861,7 @@ cdef class SearchIndex:
         q.impact_blocks = self.impact_prime_blocks
         q.qlen = <const uint8_t*>self._qlen.data
         q.qlen2 = <const uint8_t*>self._qlen2.data
+        q.tagb = <const uint8_t*>self._tagb.data
         for f in range(3):
             for m in range(256):
                 q.qnorm[256 * f + m] = q.c0[f] + q.cb[f] * <double>_qlen_value(m)
@@ -1213,7 +1224,9 @@ cdef class SearchIndex:
         cdef _Segment seg
         cdef int f
         with self._lock:
-            out = _qlen_sections(<const uint32_t*>self._lens.data, self._n_docs)
+            out = _qlen_sections(<const uint32_t*>self._lens.data,
+                                 <const uint32_t*>self._tag_off.data,
+                                 <const uint64_t*>self._tag_val.data, self._n_docs)
             if len(self._segs) != 1:
                 return out
             seg = <_Segment>self._segs[0]
@@ -1390,6 +1403,8 @@ cdef class SearchIndex:
         if "qlen" in arrays:                         # the stored length codes (_qlen_sections)
             garr_borrow(&ix._qlen, _arr(arrays, "qlen", np.uint8, (n,)), ix._keep)
             garr_borrow(&ix._qlen2, _arr(arrays, "qlen2", np.uint8, (n, 2)), ix._keep)
+        if "tagb" in arrays:                         # the stored tag buckets (_qlen_sections)
+            garr_borrow(&ix._tagb, _arr(arrays, "tagb", np.uint8, (n,)), ix._keep)
         seg_arrays = []
         for f, name in enumerate(FIELDS):
             terms = _arr(arrays, f"post_terms_{name}", np.uint32, None)

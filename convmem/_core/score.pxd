@@ -86,6 +86,9 @@ cdef struct Query:
     int32_t min_imp
     const uint64_t* tags
     int64_t n_tags
+    const uint8_t* tagb     # per doc: bit b set when it holds a tag of bucket b (_tag_bucket)
+    uint8_t tagb_need       # the buckets of the tags asked: a doc lacking one is dropped as
+                            # its postings are read, before the tags themselves are looked at
     # the filter maxima columns a block bound may take (PList.bx, _bx_share): the kinds asked
     # (bx_nk of them, 0: every kind), the tiers asked (bx_nt, 0: every tier), the importance
     # column (-1: none), the buckets of the tags asked (bit b: column IX_BX_TAG + b); bx_on when

@@ -59,6 +59,8 @@ cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
             return False
     if q.n_tags == 0:
         return True
+    if q.tagb[d] & q.tagb_need != q.tagb_need:
+        return False
     lo = q.tag_off[d]
     hi = q.tag_off[d + 1]
     for i in range(q.n_tags):
@@ -290,6 +292,9 @@ cdef void _set_filters(Query* q, int64_t session, int64_t kind_mask, int64_t tie
     q.min_imp = <int32_t>max(-1, min(min_importance, 101))
     q.tags = tags
     q.n_tags = n_tags
+    q.tagb_need = 0
+    for m in range(n_tags):
+        q.tagb_need |= <uint8_t>(1 << _tag_bucket(tags[m]))
     q.ts_lo = ts_lo
     q.ts_hi = ts_hi
     q.doc_hi = doc_hi
@@ -436,6 +441,7 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
     cdef uint32_t d, x, w
     cdef int f = L.field
     cdef double xo = 0.0, bx
+    cdef uint8_t tb = q.tagb_need
     if L.n == 0 or L.first >= whi:
         return ng
     if lb >= 0.0:
@@ -472,6 +478,8 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
             i += 1
             if not q.okmeta[q.meta[d]]:
                 continue
+            if tb and q.tagb[d] & tb != tb:
+                continue                              # (a tag asked is not among its tags)
             if extra and q.extra and not _extra_ok(q, d):
                 continue
             x = d - wlo

@@ -1,14 +1,17 @@
 # The index's snapshot sections beside its posting lists (sections.pyx).
-from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 
 from convmem._core.postings cimport _Segment
 
 cdef enum:
     CP_MASK = 0x1FFFFF    # a code point in a CJK key (21 bits)
 
-cdef dict _qlen_sections(const uint32_t* ln, int64_t n)
+cdef dict _qlen_sections(const uint32_t* ln, const uint32_t* tag_off, const uint64_t* tag_val,
+                         int64_t n)
 cdef void _code_lengths(const uint32_t* ln, int64_t lo, int64_t hi, uint8_t* q1,
                         uint8_t* q2) noexcept nogil
+cdef void _code_tag_buckets(const uint32_t* tag_off, const uint64_t* tag_val, int64_t lo,
+                            int64_t hi, uint8_t* out) noexcept nogil
 cdef int _put_block_maxima(dict out, _Segment seg) except -1
 cdef int _put_char_lists(dict out, object cx) except -1
 cdef object _cx_chars(object arrays)

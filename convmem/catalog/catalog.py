@@ -52,7 +52,7 @@ COLUMN_SECTIONS = ("slot_doc", "slot_session", "slot_ts", "doc_offset", "doc_len
 # (shared.garr_borrow): appended to, or changed in place, by every write.
 INDEX_GROWABLE_SECTIONS = tuple("ix." + name for name in (
     "term_keys", "term_df", "term_table", "doc_meta", "doc_importance", "doc_session",
-    "doc_timestamp", "doc_ulid", "doc_lens", "tag_offsets", "tag_hashes", "qlen", "qlen2"))
+    "doc_timestamp", "doc_ulid", "doc_lens", "tag_offsets", "tag_hashes", "qlen", "qlen2", "tagb"))
 GROWABLE_SECTIONS = frozenset(COLUMN_SECTIONS + RECALL_COLUMN_SECTIONS + INDEX_GROWABLE_SECTIONS
                               + ("slot_ulid", "id_table"))
 

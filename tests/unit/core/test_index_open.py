@@ -227,3 +227,61 @@ def test_stored_length_codes_are_every_docs_and_adopted_with_room_to_grow() -> N
     assert _pruned_searches(adopted, queries) == _pruned_searches(computed, queries)
     with pytest.raises(ValueError, match="qlen2"):
         compiled.SearchIndex.from_arrays({**arrays, **derived, "qlen2": derived["qlen2"][:-1]})
+
+
+def test_stored_tag_buckets_are_every_docs_and_filter_as_the_tags_do() -> None:
+    """tagb (block_max_arrays) holds, per doc, bit _tag_bucket(h) of each tag hash h it has (the
+    filter maxima's 8 buckets); a tag-filtered search drops a doc lacking an asked bucket as its
+    postings are read. Adopted read-only or coded at the first search, before and after docs are
+    added past the stored arrays, the tag-filtered top k is the twin's, pruned or not."""
+    from convmem._core import pyindex
+
+    rng = np.random.default_rng(5)
+    tags = rng.integers(1, 2**63, 40, dtype=np.uint64)
+    ix, tw = compiled.SearchIndex(), pyindex.SearchIndex()
+    empty = np.zeros(0, dtype=np.uint64)
+
+    def add(d: int, indexes) -> None:
+        content = rng.integers(1, 12, int(rng.integers(1, 30))).astype(np.uint64)
+        th = np.array(rng.choice(tags, int(rng.integers(0, 4)), replace=False), dtype=np.uint64)
+        for x in indexes:
+            x.add(d, content, empty, empty, th, 0, 0, 0, 50, d, d.to_bytes(16, "big"))
+
+    def assert_same(got, want) -> None:
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].tolist() == want[1].tolist()
+
+    for d in range(3000):
+        add(d, (ix, tw))
+    arrays, derived = ix.to_arrays(), ix.block_max_arrays()
+    offs, hashes = arrays["tag_offsets"], arrays["tag_hashes"]
+    want = [sum({1 << (pyindex._mix64(int(h)) >> 61) for h in hashes[offs[d]:offs[d + 1]]})
+            for d in range(3000)]
+    assert derived["tagb"].tolist() == want
+    assert len(set(want)) > 80  # (of the 93 sets of at most 3 of the 8 buckets)
+    frozen = {k: np.frombuffer(v.tobytes(), dtype=v.dtype).reshape(v.shape)
+              for k, v in {**arrays, **derived}.items()}
+    adopted = compiled.SearchIndex.from_arrays(frozen)
+    computed = compiled.SearchIndex.from_arrays(arrays)
+    filters = [[int(t)] for t in tags[:10]] + [[int(tags[0]), int(tags[1])], [int(tags[5]), 7]]
+
+    def check(indexes) -> int:
+        found = 0
+        for x in indexes:
+            x._set_prune_density(0)
+            x._set_window(64)
+        for q in ([1], [2, 3], [1, 4, 5, 6]):
+            for th in filters:
+                want_top = tw.search(q, 10, tag_hashes=th)
+                found += len(want_top[0])
+                for x in indexes:
+                    assert_same(x.search(q, 10, tag_hashes=th), want_top)
+                    assert_same(x.search(q, 10, tag_hashes=th, exhaustive=True), want_top)
+        return found
+
+    assert check([adopted, computed, ix]) > 100
+    for d in range(3000, 3300):  # past the adopted arrays: coded as they grow
+        add(d, (ix, tw, adopted, computed))
+    assert check([adopted, computed, ix]) > 100
+    with pytest.raises(ValueError, match="tagb"):
+        compiled.SearchIndex.from_arrays({**arrays, **derived, "tagb": derived["tagb"][:-1]})
