@@ -55,7 +55,8 @@ cdef class SearchIndex:
     cdef GArr _s_gbits
     cdef GArr _qlen         # uint8 a doc: content length code, filled up to n_docs at search
     cdef GArr _qlen2        # 2 uint8 a doc: summary and tags length codes
-    cdef GArr _tagb         # uint8 a doc: its tags' buckets (bit _tag_bucket(h)), filled likewise
+    cdef GArr _tagb         # uint8 a doc: its tags' buckets (bit _tag_bucket(h)), filled up to
+                            # n_docs at a search with tags
     cdef GArr _q_groups, _q_terms, _q_lists
     cdef list _scr          # one _Scratch per scoring thread
     cdef cm_worker* _worker     # the second scoring thread (_common.h), NULL until needed
@@ -129,6 +130,7 @@ cdef class SearchIndex:
     cdef int _set_segments(self, list segs) except -1
     cdef int _maybe_merge(self) except -1
     cdef int _grow_scratch(self) except -1
+    cdef int _grow_tag_buckets(self) except -1
     cdef int _prepare(self, Query* q, int64_t n, const int64_t* sum_len) except -1
     # weights: the query's CJK bigram weights by key (query_weights), {} for none
     cdef int64_t _make_groups(self, Query* q, const uint64_t* qk, int64_t nqk,

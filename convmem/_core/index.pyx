@@ -816,8 +816,13 @@ cdef class SearchIndex:
             with nogil:
                 _code_lengths(ln, i, n, ql, ql2)
             self._qlen.len = self._qlen2.len = n
-        if self._tagb.len < n:
-            i = self._tagb.len
+        return 0
+
+    cdef int _grow_tag_buckets(self) except -1:
+        """The tag buckets of the docs added since (or of every doc, on a snapshot written
+        without them: 50 ms at 10M messages), for a query with tags: only those read them."""
+        cdef int64_t i = self._tagb.len, n = self._n_docs
+        if i < n:
             garr_reserve(&self._tagb, n)
             with nogil:
                 _code_tag_buckets(<const uint32_t*>self._tag_off.data,
@@ -1081,6 +1086,8 @@ cdef class SearchIndex:
         if k == 0 or qk.shape[0] == 0:
             return _empty_result()
         self._grow_scratch()
+        if tg.shape[0] > 0:
+            self._grow_tag_buckets()
         self._prepare(&q, n_stat, sum_stat)
         _set_filters(&q, session, kind_mask, tier_mask, role_mask, min_importance, _ptr(tg),
                      tg.shape[0], INT64_MIN if ts_lo is None else <int64_t>ts_lo,

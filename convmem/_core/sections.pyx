@@ -38,8 +38,9 @@ cdef dict _qlen_sections(const uint32_t* ln, const uint32_t* tag_off, const uint
                          int64_t n):
     """Every doc's one-byte field length codes (_qlen_code of doc_lens: qlen the content's,
     qlen2 the summary's and the tags', as _grow_scratch makes them) and its tag buckets (tagb)
-    as snapshot sections: the first query after an open adopts them (from_arrays) instead of
-    coding every doc's lengths (~5 ms at 1M messages, ten times that at 10M)."""
+    as snapshot sections: an index opened adopts them (from_arrays) instead of coding every
+    doc's lengths at its first query (~5 ms at 1M messages, ten times that at 10M) and every
+    doc's tags at its first query with a tag filter (50 ms at 10M)."""
     q1 = np.empty(n, dtype=np.uint8)
     q2 = np.empty((n, 2), dtype=np.uint8)
     tb = np.empty(n, dtype=np.uint8)
