@@ -63,7 +63,7 @@ from convmem._core.postings cimport (IX_BLOCK, IX_BX, IX_LEAD, IX_LEAD_KEYS, IX_
 from convmem._core.sections cimport (CP_MASK, _arr, _code_lengths, _check_offsets, _cx_chars,
                                      _code_tag_buckets, _cx_segment, _FrozenIndex,
                                      _put_block_maxima,
-                                     _put_char_lists, _qlen_sections)
+                                     _put_char_lists, _doc_code_sections)
 from convmem._core.query cimport _scan_bigrams
 from convmem._core.query import SEAM_WEIGHT, query_weights
 from convmem._core.bm25f import check_config
@@ -1226,12 +1226,12 @@ cdef class SearchIndex:
         """The block maxima of the one segment `to_arrays` leaves (call it right after), for
         from_arrays to adopt instead of recomputing: per field bm_terms_*, bm_off_*, bm_*, and
         bm_cb (3,); none when there is not exactly one segment. With them the docs' length
-        codes (qlen, qlen2: _qlen_sections). Not part of to_arrays: the pure twin has no block
-        maxima (it reads none of these)."""
+        codes and tag buckets (qlen, qlen2, tagb: _doc_code_sections). Not part of to_arrays:
+        the pure twin has no block maxima (it reads none of these)."""
         cdef _Segment seg
         cdef int f
         with self._lock:
-            out = _qlen_sections(<const uint32_t*>self._lens.data,
+            out = _doc_code_sections(<const uint32_t*>self._lens.data,
                                  <const uint32_t*>self._tag_off.data,
                                  <const uint64_t*>self._tag_val.data, self._n_docs)
             if len(self._segs) != 1:
@@ -1407,10 +1407,10 @@ cdef class SearchIndex:
         garr_borrow(&ix._lens, _arr(arrays, "doc_lens", np.uint32, (n, 3)), ix._keep)
         garr_borrow(&ix._tag_off, tag_off, ix._keep)
         garr_borrow(&ix._tag_val, tag_val, ix._keep)
-        if "qlen" in arrays:                         # the stored length codes (_qlen_sections)
+        if "qlen" in arrays:                         # the stored length codes (_doc_code_sections)
             garr_borrow(&ix._qlen, _arr(arrays, "qlen", np.uint8, (n,)), ix._keep)
             garr_borrow(&ix._qlen2, _arr(arrays, "qlen2", np.uint8, (n, 2)), ix._keep)
-        if "tagb" in arrays:                         # the stored tag buckets (_qlen_sections)
+        if "tagb" in arrays:                         # the stored tag buckets (_doc_code_sections)
             garr_borrow(&ix._tagb, _arr(arrays, "tagb", np.uint8, (n,)), ix._keep)
         seg_arrays = []
         for f, name in enumerate(FIELDS):

@@ -114,6 +114,17 @@ cdef inline uint32_t _tag_bucket(uint64_t h) noexcept nogil:
     return <uint32_t>(mix64(h) >> 61)
 
 
+# Doc d's tag buckets: bit b set when it holds a tag of bucket b (the filter maxima's columns,
+# and the index's per-doc byte that tag-filtered queries test, sections.pyx _code_tag_buckets).
+cdef inline uint32_t _doc_tag_buckets(const uint32_t* tag_off, const uint64_t* tag_val,
+                                      uint32_t d) noexcept nogil:
+    cdef uint32_t m = 0
+    cdef int64_t j
+    for j in range(tag_off[d], tag_off[d + 1]):
+        m |= 1u << _tag_bucket(tag_val[j])
+    return m
+
+
 # Column c of a block's filter maxima (0..15).
 cdef inline uint32_t _bx_col(const uint8_t* b, uint32_t c) noexcept nogil:
     return (b[c >> 1] >> ((c & 1) << 2)) & 15

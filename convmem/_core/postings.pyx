@@ -275,12 +275,11 @@ cdef inline void _bx_block(uint8_t* out, const double* vv, const uint32_t* bd, i
 
 cdef uint32_t* _doc_columns(const DocCols* cols, uint32_t doc_lo, uint32_t doc_hi) noexcept nogil:
     """Per doc of [doc_lo, doc_hi), the filter maxima columns it counts in (bit c: column c): its
-    kind, its tier, the importance floors it reaches, its tags' buckets (_tag_bucket). Taken once
+    kind, its tier, the importance floors it reaches, its tags' buckets (_doc_tag_buckets). Taken once
     a segment, so that _bm_fill reads one word a posting; NULL when out of memory."""
     cdef uint32_t* out = <uint32_t*>malloc(sizeof(uint32_t) * (<size_t>(doc_hi - doc_lo) + 1))
     cdef uint32_t d, m
     cdef uint8_t meta
-    cdef uint64_t j
     cdef int t
     if out == NULL:
         return NULL
@@ -291,8 +290,7 @@ cdef uint32_t* _doc_columns(const DocCols* cols, uint32_t doc_lo, uint32_t doc_h
         for t in range(IX_BX_IMP_N):
             if cols.imp[d] >= IX_BX_IMP_FLOOR + 10 * t:
                 m |= 1u << (IX_BX_IMP + t)
-        for j in range(cols.tag_off[d], cols.tag_off[d + 1]):
-            m |= 1u << (IX_BX_TAG + _tag_bucket(cols.tag_val[j]))
+        m |= _doc_tag_buckets(cols.tag_off, cols.tag_val, d) << IX_BX_TAG
         out[d - doc_lo] = m
     return out
 

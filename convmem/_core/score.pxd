@@ -86,13 +86,12 @@ cdef struct Query:
     int32_t min_imp
     const uint64_t* tags
     int64_t n_tags
-    const uint8_t* tagb     # per doc: bit b set when it holds a tag of bucket b (_tag_bucket)
-    uint8_t tagb_need       # the buckets of the tags asked: a doc lacking one is dropped as
-                            # its postings are read, before the tags themselves are looked at
+    const uint8_t* tagb     # per doc: bit b set when it holds a tag of bucket b (a doc lacking
+                            # one of bx_tagb is dropped as its postings are read)
     # the filter maxima columns a block bound may take (PList.bx, _bx_share): the kinds asked
     # (bx_nk of them, 0: every kind), the tiers asked (bx_nt, 0: every tier), the importance
-    # column (-1: none), the buckets of the tags asked (bit b: column IX_BX_TAG + b); bx_on when
-    # any is set
+    # column (-1: none), the buckets of the tags asked (bit b: column IX_BX_TAG + b; also the
+    # bits a doc's tagb must hold, filter maxima on or off); bx_on when any is set
     uint8_t bx_kinds[8]
     int32_t bx_nk
     uint8_t bx_tiers[4]
@@ -168,9 +167,9 @@ cdef struct Eng:
     int64_t nh
     int64_t k
     double theta            # the k-th best score once the heap is full, else -1
-    double* peer_theta      # the other half's theta when two threads share the query, else NULL
-    # Two threads: each publishes its heap's scores (pub, pub_n under the seqlock pub_seq) and
-    # raises its theta to the k-th best of its heap and the peer's together (_share_theta)
+    # Two threads: each prunes with the larger of the two thetas, publishes its heap's scores
+    # (pub, pub_n under the seqlock pub_seq) and raises its theta to the k-th best of its heap
+    # and the peer's together (_share_theta)
     Eng* peer               # the other thread's engine (NULL: one thread)
     double* pub             # k doubles
     int64_t pub_n

@@ -59,7 +59,7 @@ cdef inline bint _extra_ok(const Query* q, uint32_t d) noexcept nogil:
             return False
     if q.n_tags == 0:
         return True
-    if q.tagb[d] & q.tagb_need != q.tagb_need:
+    if q.tagb[d] & q.bx_tagb != q.bx_tagb:
         return False
     lo = q.tag_off[d]
     hi = q.tag_off[d + 1]
@@ -292,9 +292,6 @@ cdef void _set_filters(Query* q, int64_t session, int64_t kind_mask, int64_t tie
     q.min_imp = <int32_t>max(-1, min(min_importance, 101))
     q.tags = tags
     q.n_tags = n_tags
-    q.tagb_need = 0
-    for m in range(n_tags):
-        q.tagb_need |= <uint8_t>(1 << _tag_bucket(tags[m]))
     q.ts_lo = ts_lo
     q.ts_hi = ts_hi
     q.doc_hi = doc_hi
@@ -441,7 +438,7 @@ cdef int64_t _ls_taat(Eng* e, LState* s, uint32_t wlo, uint32_t whi, int64_t ng,
     cdef uint32_t d, x, w
     cdef int f = L.field
     cdef double xo = 0.0, bx
-    cdef uint8_t tb = q.tagb_need
+    cdef uint8_t tb = q.bx_tagb
     if L.n == 0 or L.first >= whi:
         return ng
     if lb >= 0.0:
@@ -714,8 +711,8 @@ cdef void _share_theta(Eng* e) noexcept nogil:
 cdef inline double _theta(Eng* e) noexcept nogil:
     """The best known lower bound of the k-th score (-1: none yet)."""
     cdef double t = e.theta, p
-    if e.peer_theta != NULL:
-        p = cm_load_relaxed(e.peer_theta)
+    if e.peer != NULL:
+        p = cm_load_relaxed(&e.peer.theta)
         if p > t:
             return p
     return t
@@ -860,6 +857,8 @@ cdef void _win_pruned(Eng* e, uint32_t wlo, uint32_t whi) noexcept nogil:
                 continue
             lb = _finish_doc(e, wlo + x, s, cum, ne, lb)
         return
+    # One essential group: the same walk, kept apart (one walk for both paths, the test behind
+    # a branch, was 1.6-2.2% slower: benchmarks/README.md "The tail, 2026-12-06").
     for wi in range((whi - wlo + 63) >> 6):
         bits = e.wbits[wi]
         e.wbits[wi] = 0
@@ -1335,7 +1334,6 @@ cdef class _Scratch:
         CM_ASSERT(self.ls.cap >= n_lists + 1 and self.heap.cap >= k + 1 and self.hbd.cap >= k + 1)
         CM_ASSERT(self.w_tf.len == IX_WINDOW and self.w_bits.len == IX_WINDOW // 64)
         e.theta = -1.0
-        e.peer_theta = NULL
         e.peer = NULL
         e.pub = <double*>self.pub.data
         e.pub_n = 0
@@ -1378,8 +1376,6 @@ cdef void _score(Eng* e, Eng* e2, cm_worker* w, const PList* lists, int64_t wind
     if nc >= 0:
         _run_docs(e, lists, cand, nc)
     elif e2 != NULL and w != NULL:
-        e.peer_theta = &e2.theta
-        e2.peer_theta = &e.theta
         e.peer = e2
         e2.peer = e
         job.e = e2

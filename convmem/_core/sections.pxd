@@ -6,7 +6,7 @@ from convmem._core.postings cimport _Segment
 cdef enum:
     CP_MASK = 0x1FFFFF    # a code point in a CJK key (21 bits)
 
-cdef dict _qlen_sections(const uint32_t* ln, const uint32_t* tag_off, const uint64_t* tag_val,
+cdef dict _doc_code_sections(const uint32_t* ln, const uint32_t* tag_off, const uint64_t* tag_val,
                          int64_t n)
 cdef void _code_lengths(const uint32_t* ln, int64_t lo, int64_t hi, uint8_t* q1,
                         uint8_t* q2) noexcept nogil

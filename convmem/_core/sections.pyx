@@ -10,7 +10,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 import numpy as np
 
 from convmem._core.postings cimport (DocCols, _Segment, _adopted_segment, _char_segment,
-                                     _empty_field_arrays, _merge, _nonempty, _tag_bucket)
+                                     _doc_tag_buckets, _empty_field_arrays, _merge, _nonempty)
 from convmem._core.score cimport _qlen_code
 from convmem._core._common cimport term_table_fill
 
@@ -34,7 +34,7 @@ cdef object _term_table(object keys, int64_t cap):
     return table
 
 
-cdef dict _qlen_sections(const uint32_t* ln, const uint32_t* tag_off, const uint64_t* tag_val,
+cdef dict _doc_code_sections(const uint32_t* ln, const uint32_t* tag_off, const uint64_t* tag_val,
                          int64_t n):
     """Every doc's one-byte field length codes (_qlen_code of doc_lens: qlen the content's,
     qlen2 the summary's and the tags', as _grow_scratch makes them) and its tag buckets (tagb)
@@ -59,13 +59,9 @@ cdef void _code_tag_buckets(const uint32_t* tag_off, const uint64_t* tag_val, in
     the buckets of the filter maxima). A tag-filtered query drops a doc lacking a bucket it
     asks as the doc's postings are read, before looking up its tags: at 10M messages that
     lookup, two cache misses a doc, was half of _finish_doc's time on the slowest queries."""
-    cdef int64_t d, j
-    cdef uint8_t bits
+    cdef int64_t d
     for d in range(lo, hi):
-        bits = 0
-        for j in range(tag_off[d], tag_off[d + 1]):
-            bits |= <uint8_t>(1 << _tag_bucket(tag_val[j]))
-        out[d] = bits
+        out[d] = <uint8_t>_doc_tag_buckets(tag_off, tag_val, <uint32_t>d)
 
 
 cdef void _code_lengths(const uint32_t* ln, int64_t lo, int64_t hi, uint8_t* q1,
@@ -191,7 +187,7 @@ cdef class _FrozenIndex:
             m = <_Segment>segs[0]
         out = dict(base)
         out["term_table"] = _term_table(keys, self.table_len)
-        out.update(_qlen_sections(<const uint32_t*>cnp.PyArray_DATA(lens), cols.tag_off,
+        out.update(_doc_code_sections(<const uint32_t*>cnp.PyArray_DATA(lens), cols.tag_off,
                                   cols.tag_val, lens.shape[0]))
         seg_arrays = m.arrays if m is not None else _empty_field_arrays() * 3
         for f, name in enumerate(FIELDS):
